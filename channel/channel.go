@@ -1,0 +1,181 @@
+package channel
+
+import (
+	"context"
+	"time"
+)
+
+// Channel is one platform connection (one bot account on one platform).
+type Channel interface {
+	// Name returns the platform id ("onebot", "telegram", "console", ...).
+	Name() string
+	// Run connects and delivers events to sink until ctx ends or the channel
+	// fails for good. It reconnects on its own after transient failures.
+	Run(ctx context.Context, sink Sink) error
+	// Send delivers one outgoing message and returns the platform message
+	// ids, or a classified error (see the package doc).
+	Send(ctx context.Context, out Outgoing) (Receipt, error)
+}
+
+// Sink receives events from a channel. persona.Pipeline is the usual Sink.
+type Sink interface {
+	// HandleEvent returns nil only once the event is durable (stored or
+	// journaled). An adapter acknowledges the platform only after that.
+	HandleEvent(ctx context.Context, ev Event) error
+	// ReportState tells the pipeline about the connection and account state.
+	ReportState(ctx context.Context, st State)
+}
+
+// SinkFunc adapts a function to a Sink that ignores state reports.
+type SinkFunc func(ctx context.Context, ev Event) error
+
+// HandleEvent calls f.
+func (f SinkFunc) HandleEvent(ctx context.Context, ev Event) error { return f(ctx, ev) }
+
+// ReportState does nothing.
+func (SinkFunc) ReportState(context.Context, State) {}
+
+// State is a channel's health as reported to the pipeline.
+type State struct {
+	// Platform and BotID identify the account (BotID may be empty until the
+	// adapter learned it).
+	Platform string
+	BotID    string
+	// Connected: the transport is up.
+	Connected bool
+	// Online: the platform says the account is online and good. The pipeline
+	// claims work for the channel only while Connected && Online.
+	Online bool
+	// Reason is a short human explanation for a change.
+	Reason string
+}
+
+// Outgoing is one message to send. Adapters render it in their platform's
+// format; Text is plain text, already split to the channel's limit.
+type Outgoing struct {
+	Chat Chat
+	Text string
+	// ReplyTo quotes this platform message id, when set.
+	ReplyTo string
+	// Mentions are user ids to mention before the text.
+	Mentions []string
+	// Media are attachments sent with (or instead of) the text.
+	Media []Media
+	// IdempotencyKey is a stable key for this chunk (the delivery-ledger
+	// fingerprint). Platforms that accept a client-side dedupe key use it.
+	IdempotencyKey string
+}
+
+// Receipt is a successful send.
+type Receipt struct {
+	// MessageIDs are the platform ids of the delivered message(s).
+	MessageIDs []string
+	// Time is the platform's send time when known.
+	Time time.Time
+}
+
+// TextUnit is the unit a platform measures its text limit in.
+type TextUnit int
+
+// The text units.
+const (
+	Runes TextUnit = iota
+	Bytes
+	UTF16
+)
+
+// TextLimit is the longest text one outgoing message may carry.
+type TextLimit struct {
+	Unit TextUnit
+	Max  int
+}
+
+// DefaultTextLimit applies to channels that do not implement TextLimiter.
+var DefaultTextLimit = TextLimit{Unit: Runes, Max: 2000}
+
+// TextLimiter is implemented by channels that declare their text limit.
+type TextLimiter interface {
+	TextLimit() TextLimit
+}
+
+// LimitOf returns the channel's declared text limit, or DefaultTextLimit.
+func LimitOf(c Channel) TextLimit {
+	if l, ok := c.(TextLimiter); ok {
+		if tl := l.TextLimit(); tl.Max > 0 {
+			return tl
+		}
+	}
+	return DefaultTextLimit
+}
+
+// HistoryQuery asks for one page of a chat's history, newest first.
+type HistoryQuery struct {
+	Chat Chat
+	// Cursor continues from a previous page's Next; "" starts at the newest.
+	Cursor string
+	// Limit is the page size (the backfill uses 100).
+	Limit int
+}
+
+// HistoryPage is one page of history, newest first.
+type HistoryPage struct {
+	Events []Event
+	// Next is the cursor for the next (older) page; "" means no more.
+	Next string
+}
+
+// HistoryFetcher is implemented by channels that can pull past messages
+// (reconnect backfill, gap refetch, ledger reconciliation).
+type HistoryFetcher interface {
+	FetchHistory(ctx context.Context, q HistoryQuery) (HistoryPage, error)
+}
+
+// ChatLister is implemented by channels that can list their groups and
+// recent private contacts (backfill discovery).
+type ChatLister interface {
+	ListChats(ctx context.Context) ([]Chat, error)
+}
+
+// Typer is implemented by channels that can show a typing indicator.
+type Typer interface {
+	// Typing shows the indicator once; callers refresh it every few seconds.
+	Typing(ctx context.Context, chat Chat) error
+}
+
+// Recaller is implemented by channels that can delete a sent message.
+type Recaller interface {
+	Recall(ctx context.Context, chat Chat, messageID string) error
+}
+
+// ForwardNode is one entry of a merged-forward card.
+type ForwardNode struct {
+	Name   string
+	UserID string
+	Text   string
+}
+
+// ForwardSender is implemented by channels that can send a merged-forward
+// card (OneBot).
+type ForwardSender interface {
+	SendForward(ctx context.Context, chat Chat, nodes []ForwardNode) (Receipt, error)
+}
+
+// Member is a group member as returned by MemberLookup.
+type Member struct {
+	UserID     string
+	Name       string
+	Role       Role
+	Level      int
+	LevelKnown bool
+}
+
+// MemberLookup is implemented by channels that can look up a group member.
+type MemberLookup interface {
+	LookupMember(ctx context.Context, chat Chat, userID string) (Member, error)
+}
+
+// AccountRisk is implemented by channels whose platform bans accounts for
+// content or frequency; the audit then checks account safety.
+type AccountRisk interface {
+	AccountRisk() bool
+}

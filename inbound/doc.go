@@ -1,0 +1,40 @@
+// Package inbound is the durable inbound queue: every message a channel
+// delivers is written here before anything else happens, so a crash, a
+// restart or a stuck model never loses it.
+//
+// # Overview
+//
+// [Queue] is the port; package store implements it on SQLite and any other
+// implementation can prove itself with the conformance suite in
+// inbound/queuetest. An [Item] is keyed by the event's canonical key
+// (platform, bot id, chat, message id), so enqueueing the same platform
+// message twice is a no-op that only raises a still-pending item's priority.
+//
+// Items move pending → leased → done. [Queue.Claim] leases up to a number of
+// items in one statement, in priority order (direct 100, quote 80, link 60,
+// else 0; ties by event time, then id), honouring per-session in-flight limits
+// (3 per group, 2 per private chat by default). A lease lasts 10 minutes and is
+// renewed by [Queue.Extend] while the turn runs; [Queue.Complete],
+// [Queue.Retry], [Queue.Snooze], [Queue.Release] and [Queue.Extend] succeed
+// only for the current lease holder and otherwise return [ErrLeaseLost]. An
+// expired lease is claimable again.
+//
+// Processing errors are retried with [RetryDelay] (5 s doubling, capped at 5
+// minutes); the fifth failed attempt completes the item as
+// dropped_retries_exhausted. A definitive failure is completed, never
+// retried.
+//
+// When the queue cannot be written, the pipeline appends the item to a
+// [Journal] (an fsynced local file, see [OpenJournal]) and a replayer retries
+// it with 2 s doubling to 30 s backoff.
+//
+// # Implementing
+//
+// Implement [Queue] and run queuetest.Run against it. Timestamps are stored
+// as unix milliseconds; "now" comes from the implementation's injected clock.
+//
+// # Concurrency
+//
+// Queue implementations must be safe for concurrent use by many workers and
+// many channel goroutines.
+package inbound

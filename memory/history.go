@@ -1,0 +1,41 @@
+package memory
+
+import (
+	"context"
+	"time"
+
+	"github.com/personakit/persona/channel"
+)
+
+// Direction says whether a history row came in, went out or is a notice.
+type Direction string
+
+// The history directions.
+const (
+	In     Direction = "in"
+	Out    Direction = "out"
+	Notice Direction = "notice"
+)
+
+// Entry is one row of chat history.
+type Entry struct {
+	// Key is the event's canonical key (channel.Event.Key).
+	Key        string
+	SessionKey string
+	Direction  Direction
+	Event      channel.Event
+	// RecalledAt is set once the message was recalled.
+	RecalledAt time.Time
+}
+
+// History is the chat transcript port.
+type History interface {
+	// Append stores an entry; a second Append with the same Key updates the
+	// stored payload instead of adding a row.
+	Append(ctx context.Context, e Entry) error
+	// Recent returns up to limit of the newest entries of a session, oldest
+	// first.
+	Recent(ctx context.Context, sessionKey string, limit int) ([]Entry, error)
+	// MarkRecalled records that the message with this key was recalled.
+	MarkRecalled(ctx context.Context, key string, at time.Time) error
+}

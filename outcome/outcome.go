@@ -1,0 +1,56 @@
+package outcome
+
+import "strings"
+
+// Code is a stable, machine-readable outcome such as "replied" or
+// "ignored_stale". Codes are part of the public contract: they are stored,
+// shown to operators and matched by dashboards, so they never change meaning.
+type Code string
+
+// String returns the code itself.
+func (c Code) String() string { return string(c) }
+
+// Replied reports whether something was delivered for the message
+// (every code starting with "replied").
+func (c Code) Replied() bool { return strings.HasPrefix(string(c), "replied") }
+
+// Valid reports whether c is a well-formed code: lower-case ASCII letters,
+// digits and underscores, starting with a letter.
+func (c Code) Valid() bool {
+	if c == "" {
+		return false
+	}
+	for i, r := range c {
+		switch {
+		case r >= 'a' && r <= 'z':
+		case (r >= '0' && r <= '9' || r == '_') && i > 0:
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// The codes decided by the pipeline's own wiring (the root package and the
+// default reply flow). Stage packages declare the rest.
+const (
+	// Replied: a direct trigger was answered.
+	Replied Code = "replied"
+	// RepliedProactive: an unprompted group message was answered after the
+	// router allowed it.
+	RepliedProactive Code = "replied_proactive"
+	// RepliedFallback: generation was empty and a fallback line was sent.
+	RepliedFallback Code = "replied_fallback"
+	// RepliedError: a definitive generation failure on a direct turn; a short
+	// error line was sent.
+	RepliedError Code = "replied_error"
+	// IgnoredGenerationFailed: a definitive generation failure on an
+	// unprompted turn (silent).
+	IgnoredGenerationFailed Code = "ignored_generation_failed"
+	// IgnoredPrivateAdmission: a private chat refused by the admission mode.
+	IgnoredPrivateAdmission Code = "ignored_private_admission"
+)
+
+// Notice returns the code recorded for a platform notice of the given type,
+// for example Notice("group_recall") == "notice_group_recall".
+func Notice(noticeType string) Code { return Code("notice_" + noticeType) }

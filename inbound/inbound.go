@@ -17,9 +17,6 @@ const (
 	IgnoredStale outcome.Code = "ignored_stale"
 	// BackfillHistoryOnly: a backfilled message kept as history only.
 	BackfillHistoryOnly outcome.Code = "backfill_history_only"
-	// SupersededMediaTurn: a media-only message absorbed into the same
-	// sender's text turn.
-	SupersededMediaTurn outcome.Code = "superseded_media_turn"
 )
 
 // Priorities of queue items (claim order is priority DESC, event time ASC,

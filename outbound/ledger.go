@@ -64,4 +64,8 @@ type Ledger interface {
 	MarkIntent(ctx context.Context, turnID string, n int, fingerprint string) error
 	// MarkSent records the platform ids of a delivered chunk.
 	MarkSent(ctx context.Context, turnID string, n int, messageIDs []string, at time.Time) error
+	// ClearIntent removes an intent slot whose send is known to have failed
+	// (the platform answered with an error), so a retry sends it again. A
+	// sent slot is never removed.
+	ClearIntent(ctx context.Context, turnID string, n int) error
 }

@@ -51,6 +51,16 @@ const (
 	IgnoredPrivateAdmission Code = "ignored_private_admission"
 )
 
+// The notice codes: a platform notice recorded in history, never queued.
+const (
+	NoticeGroupRecall   Code = "notice_group_recall"
+	NoticeFriendRecall  Code = "notice_friend_recall"
+	NoticePoke          Code = "notice_poke"
+	NoticeGroupIncrease Code = "notice_group_increase"
+	NoticeFriendAdd     Code = "notice_friend_add"
+	NoticeMessageEdited Code = "notice_message_edited"
+)
+
 // Notice returns the code recorded for a platform notice of the given type,
 // for example Notice("group_recall") == "notice_group_recall".
 func Notice(noticeType string) Code { return Code("notice_" + noticeType) }

@@ -147,7 +147,7 @@ var kindNames = [...]string{"unknown", "timeout", "rate_limited", "server", "inv
 
 // String names the kind.
 func (k ErrorKind) String() string {
-	if int(k) < len(kindNames) {
+	if k >= 0 && int(k) < len(kindNames) {
 		return kindNames[k]
 	}
 	return fmt.Sprintf("kind(%d)", int(k))

@@ -83,7 +83,11 @@ const (
 
 // String names the class.
 func (c ErrorClass) String() string {
-	return [...]string{"none", "transient", "offline", "rate_limited", "rejected", "kicked", "muted", "media_invalid"}[c]
+	names := [...]string{"none", "transient", "offline", "rate_limited", "rejected", "kicked", "muted", "media_invalid"}
+	if c < 0 || int(c) >= len(names) {
+		return fmt.Sprintf("class(%d)", int(c))
+	}
+	return names[c]
 }
 
 // Definitive reports whether retrying the same send cannot succeed.

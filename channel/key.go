@@ -53,13 +53,19 @@ func ParseSessionKey(key string) (SessionParts, error) {
 	return p, nil
 }
 
+// keyEscaper escapes the key separator inside key components, so that ids
+// containing "/" (DingTalk's base64 ids) cannot make two keys collide.
+var keyEscaper = strings.NewReplacer("%", "%25", "/", "%2F")
+
 // Key returns the event's canonical dedupe key
-// "<platform>/<bot id>/<chat kind>:<chat id>/<message id>". Events without a
+// "<platform>/<bot id>/<chat kind>:<chat id>/<message id>", with "%" and "/"
+// inside the ids percent-escaped. Events without a
 // message id (some notices) get "sha256:" and the hash of their canonical
 // content, so a redelivery of the same notice maps to the same key.
 func (e *Event) Key() string {
 	if e.MessageID != "" {
-		return e.Platform + "/" + e.BotID + "/" + e.Chat.String() + "/" + e.MessageID
+		return keyEscaper.Replace(e.Platform) + "/" + keyEscaper.Replace(e.BotID) + "/" + string(e.Chat.Kind) + ":" +
+			keyEscaper.Replace(e.Chat.ID) + "/" + keyEscaper.Replace(e.MessageID)
 	}
 	h := sha256.New()
 	w := func(s string) { h.Write([]byte(strconv.Itoa(len(s)) + ":" + s)) }

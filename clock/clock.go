@@ -96,12 +96,21 @@ func (f *Fake) NewTimer(d time.Duration) Timer {
 // Advance moves the fake time forward by d and fires every timer whose
 // deadline has passed, in deadline order.
 func (f *Fake) Advance(d time.Duration) {
-	f.Set(f.Now().Add(d))
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.setLocked(f.now.Add(d))
 }
 
 // Set moves the fake time to t (never backwards) and fires due timers.
 func (f *Fake) Set(t time.Time) {
 	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.setLocked(t)
+}
+
+// setLocked moves the time and fires due timers; f.mu must be held, so that
+// concurrent Advance calls add up instead of racing on a stale Now.
+func (f *Fake) setLocked(t time.Time) {
 	if t.After(f.now) {
 		f.now = t
 	}
@@ -115,12 +124,12 @@ func (f *Fake) Set(t time.Time) {
 		}
 	}
 	f.timers = rest
-	sort.Slice(due, func(i, j int) bool { return due[i].at.Before(due[j].at) })
+	// Stable: timers with the same deadline fire in creation order.
+	sort.SliceStable(due, func(i, j int) bool { return due[i].at.Before(due[j].at) })
 	for _, tm := range due {
 		tm.fired = true
 		tm.c <- now
 	}
-	f.mu.Unlock()
 }
 
 // Pending reports how many timers are waiting to fire; tests use it to wait

@@ -78,11 +78,14 @@ func New(name string, f func(ctx context.Context, t *Turn) Verdict) Gate {
 type Chain []Gate
 
 // Check runs every gate in order and returns the first stopping verdict
-// (with Gate set to the stopping gate's name), or Pass.
+// (with Gate set to the stopping gate's name unless the gate named itself,
+// as a nested Chain does), or Pass.
 func (c Chain) Check(ctx context.Context, t *Turn) Verdict {
 	for _, g := range c {
 		if v := g.Check(ctx, t); v.Stop {
-			v.Gate = g.Name()
+			if v.Gate == "" {
+				v.Gate = g.Name()
+			}
 			return v
 		}
 	}

@@ -61,7 +61,8 @@ type ReviewerFunc func(ctx context.Context, p Proposal) (Verdict, error)
 func (f ReviewerFunc) Review(ctx context.Context, p Proposal) (Verdict, error) { return f(ctx, p) }
 
 // BasicReviewer is the program-only review: model-chosen silence, empty
-// replies and bare refusal markers. It makes no model call.
+// replies, bare refusal markers and unprompted refusals. It makes no model
+// call.
 var BasicReviewer Reviewer = ReviewerFunc(basicReview)
 
 func basicReview(_ context.Context, p Proposal) (Verdict, error) {
@@ -74,10 +75,11 @@ func basicReview(_ context.Context, p Proposal) (Verdict, error) {
 	switch {
 	case strings.Contains(raw, MarkerSilent) && body == "":
 		return Verdict{Code: IgnoredModelSilent, Reason: "the model chose to stay silent"}, nil
+	case strings.Contains(raw, MarkerRefuse) && !p.Direct:
+		// SPEC §6.1 step 3: a chat-in reply marked as a refusal is not
+		// sent, whatever text came with the marker.
+		return Verdict{Code: IgnoredNoNaturalReply, Reason: "unprompted reply was a refusal"}, nil
 	case strings.Contains(raw, MarkerRefuse) && body == "":
-		if !p.Direct {
-			return Verdict{Code: IgnoredNoNaturalReply, Reason: "unprompted reply was a refusal"}, nil
-		}
 		return Verdict{Send: true, Text: RefusalText, Code: replied, Reason: "refusal marker; fixed refusal text sent"}, nil
 	case body == "":
 		if !p.Direct {

@@ -3,6 +3,7 @@ package outbound
 import (
 	"regexp"
 	"strings"
+	"unicode"
 	"unicode/utf16"
 	"unicode/utf8"
 
@@ -57,7 +58,8 @@ type SplitOptions struct {
 // splits any chunk over the limit at the most natural boundary that fits
 // (paragraph, line, sentence end, whitespace), falling back to a hard split
 // between runes. Only whitespace at a cut is dropped, never text, and no
-// chunk exceeds the limit in its unit.
+// chunk exceeds the limit in its unit (unless the limit is narrower than a
+// single rune, which then goes out alone).
 func Split(text string, limit channel.TextLimit, opt SplitOptions) []string {
 	msg, line := opt.MsgMarker, opt.LineMarker
 	if msg == "" {
@@ -71,7 +73,8 @@ func Split(text string, limit channel.TextLimit, opt SplitOptions) []string {
 	for _, part := range strings.Split(text, msg) {
 		part = strings.TrimSpace(strings.ReplaceAll(part, line, "\n"))
 		if !opt.KeepFullStop {
-			part = trimFullStop(part)
+			// Trim again: "ok ." loses its stop and then its space.
+			part = strings.TrimSpace(trimFullStop(part))
 		}
 		if part == "" {
 			continue
@@ -86,7 +89,7 @@ func trimFullStop(s string) string {
 		return s
 	}
 	switch {
-	case strings.HasSuffix(s, "。"):
+	case strings.HasSuffix(s, "。") && !strings.HasSuffix(s, "。。"):
 		return strings.TrimSuffix(s, "。")
 	case strings.HasSuffix(s, ".") && !strings.HasSuffix(s, ".."):
 		return strings.TrimSuffix(s, ".")
@@ -100,17 +103,19 @@ func splitToLimit(s string, limit channel.TextLimit) []string {
 		return []string{s}
 	}
 	var out []string
-	for Measure(s, limit.Unit) > limit.Max {
-		cut := fitPrefix(s, limit)
-		head := s[:cut]
-		if b := naturalBreak(head); b > 0 {
+	// fitPrefix reads at most one limit's worth of s, so the loop stays
+	// linear in len(s) (re-measuring the whole rest on every round made
+	// long replies with a small limit quadratic).
+	for cut := fitPrefix(s, limit); cut < len(s); cut = fitPrefix(s, limit) {
+		if b := naturalBreak(s, cut); b > 0 {
 			cut = b
-			head = s[:cut]
 		}
-		if h := strings.TrimRight(head, " \n\t"); h != "" {
+		// Any Unicode space (also the "\r" of a CRLF) is dropped at a cut,
+		// so no chunk starts or ends with one or is blank.
+		if h := strings.TrimRightFunc(s[:cut], unicode.IsSpace); h != "" {
 			out = append(out, h)
 		}
-		s = strings.TrimLeft(s[cut:], " \n\t")
+		s = strings.TrimLeftFunc(s[cut:], unicode.IsSpace)
 	}
 	if s != "" {
 		out = append(out, s)
@@ -119,14 +124,17 @@ func splitToLimit(s string, limit channel.TextLimit) []string {
 }
 
 // fitPrefix returns the byte length of the longest rune-aligned prefix of s
-// that fits the limit (at least one rune).
+// that fits the limit (at least one rune). It steps by the bytes actually
+// decoded, so an invalid byte (decoded as a 1-byte U+FFFD) cannot push the
+// cut past the end of s.
 func fitPrefix(s string, limit channel.TextLimit) int {
-	n, size := 0, 0
-	for i, r := range s {
+	size := 0
+	for i := 0; i < len(s); {
+		r, n := utf8.DecodeRuneInString(s[i:])
 		var w int
 		switch limit.Unit {
 		case channel.Bytes:
-			w = utf8.RuneLen(r)
+			w = n
 		case channel.UTF16:
 			w = utf16.RuneLen(r)
 		default:
@@ -134,23 +142,30 @@ func fitPrefix(s string, limit channel.TextLimit) int {
 		}
 		if size+w > limit.Max {
 			if i == 0 {
-				return utf8.RuneLen(r)
+				return n
 			}
 			return i
 		}
 		size += w
-		n = i + utf8.RuneLen(r)
+		i += n
 	}
-	return n
+	return len(s)
 }
 
-// naturalBreak returns the end of the best boundary in head, searching only
-// its second half so chunks stay reasonably full; 0 means none.
-func naturalBreak(head string) int {
+// naturalBreak returns the end of the best boundary in head = s[:cut],
+// searching only its second half so chunks stay reasonably full; 0 means
+// none. An ASCII sentence mark counts only when followed by a space (or the
+// end of s), so "3.14", "v1.2" and URLs are not cut at their dots.
+//
+// A separator right after head (s[cut] is a space or a line break) counts
+// too: cutting there keeps the chunk full. The returned end may then stop
+// before the separator; the splitter trims it either way.
+func naturalBreak(s string, cut int) int {
+	head := s[:cut]
 	half := len(head) / 2
 	for _, sep := range []string{"\n\n", "\n"} {
-		if i := strings.LastIndex(head, sep); i > half {
-			return i + len(sep)
+		if i := strings.LastIndex(s[:min(cut+len(sep), len(s))], sep); i > half {
+			return i
 		}
 	}
 	best := 0
@@ -159,15 +174,24 @@ func naturalBreak(head string) int {
 			continue
 		}
 		switch r {
-		case '。', '！', '？', '.', '!', '?', '；', ';':
+		case '。', '！', '？', '；':
 			best = i + utf8.RuneLen(r)
+		case '.', '!', '?', ';':
+			if next := i + 1; next == len(s) || isSpaceAt(s, next) {
+				best = next
+			}
 		}
 	}
 	if best > 0 {
 		return best
 	}
-	if i := strings.LastIndexAny(head, " \t"); i > half {
-		return i + 1
+	if i := strings.LastIndexAny(s[:min(cut+1, len(s))], " \t"); i > half {
+		return i
 	}
 	return 0
+}
+
+func isSpaceAt(s string, i int) bool {
+	r, _ := utf8.DecodeRuneInString(s[i:])
+	return unicode.IsSpace(r)
 }

@@ -4,6 +4,7 @@ import (
 	"slices"
 	"strings"
 	"unicode"
+	"unicode/utf8"
 
 	"github.com/personakit/persona/channel"
 )
@@ -78,13 +79,43 @@ func alias(ev *channel.Event, id Identity) (string, bool) {
 	if len(id.Aliases) == 0 {
 		return TriggerAlias, false
 	}
-	text := strings.ToLower(ev.Text())
+	texts := ownTextRuns(ev)
 	for _, a := range id.Aliases {
-		if a != "" && containsWord(text, strings.ToLower(a)) {
-			return TriggerAlias, true
+		a = strings.ToLower(a)
+		if a == "" {
+			continue
+		}
+		for _, text := range texts {
+			if containsWord(text, a) {
+				return TriggerAlias, true
+			}
 		}
 	}
 	return TriggerAlias, false
+}
+
+// ownTextRuns returns the lower-cased text the sender wrote, one string per
+// run of adjacent text segments. A mention, image or other segment between
+// two texts separates them, so "look" [image] "Mira" is not "lookmira" and
+// "mi" [mention] "ra" is not "mira".
+func ownTextRuns(ev *channel.Event) []string {
+	var runs []string
+	var b strings.Builder
+	flush := func() {
+		if b.Len() > 0 {
+			runs = append(runs, strings.ToLower(b.String()))
+			b.Reset()
+		}
+	}
+	for _, s := range ev.Segments {
+		if s.Type != channel.SegText {
+			flush()
+			continue
+		}
+		b.WriteString(s.Text)
+	}
+	flush()
+	return runs
 }
 
 // containsWord reports whether word occurs in text at a word boundary. A
@@ -117,22 +148,22 @@ func boundaryBefore(text string, i int, word string) bool {
 	if i == 0 {
 		return true
 	}
-	first := []rune(word)[0]
+	first, _ := utf8.DecodeRuneInString(word)
 	if !isWordRune(first) {
 		return true
 	}
-	prev := []rune(text[:i])
-	return !isWordRune(prev[len(prev)-1])
+	prev, _ := utf8.DecodeLastRuneInString(text[:i])
+	return !isWordRune(prev)
 }
 
 func boundaryAfter(text string, end int, word string) bool {
 	if end >= len(text) {
 		return true
 	}
-	w := []rune(word)
-	if !isWordRune(w[len(w)-1]) {
+	last, _ := utf8.DecodeLastRuneInString(word)
+	if !isWordRune(last) {
 		return true
 	}
-	next := []rune(text[end:])[0]
+	next, _ := utf8.DecodeRuneInString(text[end:])
 	return !isWordRune(next)
 }

@@ -96,7 +96,7 @@ func (m *Model) Generate(ctx context.Context, req agent.Request) (*agent.Respons
 
 // params converts req into the SDK's request body.
 func (m *Model) params(modelName string, req agent.Request) (oai.ChatCompletionNewParams, error) {
-	p := oai.ChatCompletionNewParams{Model: shared.ChatModel(modelName)}
+	p := oai.ChatCompletionNewParams{Model: modelName}
 	if len(req.Messages) == 0 {
 		return p, errors.New("openai: request has no messages")
 	}

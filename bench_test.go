@@ -1,0 +1,102 @@
+package persona_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/personakit/persona"
+	"github.com/personakit/persona/agent/agenttest"
+	"github.com/personakit/persona/channel"
+	"github.com/personakit/persona/channel/chantest"
+	"github.com/personakit/persona/inbound"
+)
+
+// benchPipeline pushes b.N messages through a full pipeline (chantest
+// channel, zero-latency scripted model, SQLite store in a temp dir) from four
+// feeding goroutines and reports throughput and the added latency from
+// HandleEvent to the terminal record.
+func benchPipeline(b *testing.B, mk func(i int) (channel.Chat, channel.Sender, []chantest.SayOption)) {
+	model := agenttest.New()
+	model.Otherwise(agenttest.Reply("sure thing")).KeepLast(1)
+	ch := chantest.New(chantest.Config{})
+	var mu sync.Mutex
+	start := make(map[string]time.Time, b.N)
+	lat := make([]time.Duration, 0, b.N)
+	all := make(chan struct{})
+	p, err := persona.New(persona.Options{
+		Channels: []channel.Channel{ch}, DataDir: b.TempDir(), Model: model, NoPacing: true,
+		OnOutcome: func(id string, _ inbound.Outcome) {
+			now := time.Now()
+			mu.Lock()
+			defer mu.Unlock()
+			if t0, ok := start[id]; ok {
+				lat = append(lat, now.Sub(t0))
+				if len(lat) == b.N {
+					close(all)
+				}
+			}
+		},
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer p.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+
+	b.ReportAllocs()
+	b.ResetTimer()
+	t0 := time.Now()
+	const feeders = 4
+	var wg sync.WaitGroup
+	for f := range feeders {
+		wg.Go(func() {
+			for i := f; i < b.N; i += feeders {
+				chat, from, opts := mk(i)
+				ev := channel.Event{Platform: ch.Name(), BotID: "bot", Kind: channel.KindMessage, Chat: chat,
+					MessageID: fmt.Sprintf("m%d", i), Time: time.Now(), Sender: from,
+					Segments: []channel.Segment{channel.Text(fmt.Sprintf("message number %d", i))}}
+				for _, o := range opts {
+					o(&ev)
+				}
+				mu.Lock()
+				start[ev.Key()] = time.Now()
+				mu.Unlock()
+				if err := ch.Inject(ctx, ev); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	<-all
+	elapsed := time.Since(t0)
+	b.StopTimer()
+	slices.Sort(lat)
+	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "msgs/s")
+	b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "p50-ms")
+	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds())/1000, "p99-ms")
+}
+
+// BenchmarkPipelineReplied: private messages, each answered with one chunk.
+func BenchmarkPipelineReplied(b *testing.B) {
+	benchPipeline(b, func(i int) (channel.Chat, channel.Sender, []chantest.SayOption) {
+		u := fmt.Sprintf("u%d", i%256)
+		return channel.Chat{Kind: channel.Private, ID: u}, channel.Sender{ID: u, Name: "User " + u}, nil
+	})
+}
+
+// BenchmarkPipelineIgnored: unprompted group chatter, ended by the gates.
+func BenchmarkPipelineIgnored(b *testing.B) {
+	benchPipeline(b, func(i int) (channel.Chat, channel.Sender, []chantest.SayOption) {
+		u := fmt.Sprintf("u%d", i%97)
+		return channel.Chat{Kind: channel.Group, ID: fmt.Sprintf("g%d", i%64)}, channel.Sender{ID: u, Name: "User " + u}, nil
+	})
+}

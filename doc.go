@@ -1,0 +1,40 @@
+// Package persona is an embeddable SDK for persona chat bots: plug in
+// channels, a persona (SOUL.md) and an OpenAI-compatible model, and get a bot
+// that answers when addressed, never loses a message across crashes, never
+// sends the same chunk twice, and records for every message why it did or
+// did not reply.
+//
+// # Overview
+//
+// One inbound message travels a fixed pipeline of eight stages, each a
+// package with a small interface:
+//
+//  1. channel: platform message → normalised channel.Event
+//  2. inbound: the durable queue (idempotent enqueue, leases, retries)
+//  3. gate, route: deterministic gates → direct triggers → router
+//  4. agent: context assembly (stable prefix first)
+//  5. agent: generation (one model call, or a Runner of your own)
+//  6. outbound: pre-send review
+//  7. outbound: chunked sending through the delivery ledger
+//  8. store: the outcome record (code + reason) of every message
+//
+// [New] builds a [Pipeline] from one [Options] struct whose zero fields mean
+// "use the default stage"; set Options.Router, Options.Runner, ... to swap a
+// stage. [Pipeline.Run] runs the channels and workers until its context ends.
+// [Pipeline.HandleEvent] is the single entry for events; channels call it
+// through the Sink they are given.
+//
+// # Durability
+//
+// HandleEvent returns only after the message is in the SQLite queue (or,
+// when the database cannot be written, in an fsynced journal that is
+// replayed later). Workers claim items with a lease that a heartbeat renews;
+// a crashed process's leases expire and the items are claimed again. Every
+// outgoing chunk goes through the delivery ledger, so a retried or resumed
+// turn never sends a chunk twice.
+//
+// # Concurrency
+//
+// A Pipeline is safe for concurrent use. There are no globals: several
+// pipelines can live in one process, each with its own data directory.
+package persona

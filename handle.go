@@ -1,0 +1,138 @@
+package persona
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/personakit/persona/channel"
+	"github.com/personakit/persona/inbound"
+	"github.com/personakit/persona/memory"
+	"github.com/personakit/persona/outcome"
+	"github.com/personakit/persona/route"
+)
+
+// HandleEvent is the single entry for events. It does no model work and
+// returns only once the event is durable:
+//
+//  1. a malformed event is rejected with an error (and counted), never
+//     stored half-formed;
+//  2. the bot's own messages go into history only;
+//  3. notices go into history with a terminal notice_<type> record and
+//     never enter the queue (a recall marks the message recalled);
+//  4. private chats pass the admission policy or are recorded as
+//     ignored_private_admission;
+//  5. direct calls are registered, the priority is computed and the item is
+//     enqueued idempotently (a redelivery is a no-op); if the queue cannot be
+//     written the item goes to the journal, and only if that fails too is an
+//     error returned, so the channel can NACK.
+func (p *Pipeline) HandleEvent(ctx context.Context, ev channel.Event) error {
+	if ev.Profile == "" {
+		ev.Profile = p.opt.Profile
+	}
+	if ev.Source == "" {
+		ev.Source = channel.SourceLive
+	}
+	if err := ev.Validate(); err != nil {
+		p.stats.Rejected.Add(1)
+		p.log.Warn("event rejected", "err", err, "platform", ev.Platform, "chat", ev.Chat.String())
+		return err
+	}
+	ev.SessionKey = channel.SessionKey(ev.Profile, ev.Platform, ev.BotID, ev.Chat)
+	// Detached: the append must finish even if the adapter's request ends.
+	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), DefaultEnqueueTimeout)
+	defer cancel()
+
+	switch ev.Kind {
+	case channel.KindSelf:
+		return p.appendHistory(actx, ev, memory.Out)
+	case channel.KindNotice:
+		return p.handleNotice(actx, ev)
+	}
+
+	it := inbound.Item{ID: ev.Key(), SessionKey: ev.SessionKey, Event: ev}
+	if v := p.admit.Admit(&ev); v.Stop {
+		o := inbound.Outcome{Code: v.Code, Reason: v.Reason}
+		if _, err := p.opt.Queue.Record(actx, it, o); err != nil {
+			return fmt.Errorf("persona: record admission refusal: %w", err)
+		}
+		p.notify(it.ID, o)
+		return nil
+	}
+	trigger := route.Classify(&ev, p.identity, p.opt.Triggers)
+	if trigger != "" {
+		p.directed.note(ev.SessionKey, ev.Sender.ID, ev.MessageID)
+	}
+	it.Priority = priority(&ev, trigger != "")
+	if ev.MediaOnly() {
+		it.AvailableAt = ev.Time.Add(inbound.MediaMergeWindow)
+		if now := p.clk.Now(); it.AvailableAt.Before(now) {
+			it.AvailableAt = now
+		}
+	}
+	enqueued, err := p.opt.Queue.Enqueue(actx, it)
+	if err != nil {
+		p.log.Warn("enqueue failed; writing to journal", "id", it.ID, "err", err)
+		if jerr := p.opt.Journal.Append(actx, it); jerr != nil {
+			return fmt.Errorf("persona: enqueue failed and journal failed: %w", errors.Join(err, jerr))
+		}
+		p.stats.Journaled.Add(1)
+		p.replayer.Kick()
+		return nil
+	}
+	if !enqueued {
+		p.stats.Duplicates.Add(1)
+		return nil
+	}
+	p.stats.Enqueued.Add(1)
+	p.Wake()
+	return nil
+}
+
+// priority implements the claim priorities: direct 100, quote 80, link 60,
+// else 0.
+func priority(ev *channel.Event, direct bool) int {
+	switch {
+	case direct:
+		return inbound.PriorityDirect
+	case ev.QuoteID() != "":
+		return inbound.PriorityQuote
+	case ev.Has(channel.SegLink):
+		return inbound.PriorityLink
+	}
+	return inbound.PriorityOther
+}
+
+func (p *Pipeline) appendHistory(ctx context.Context, ev channel.Event, dir memory.Direction) error {
+	if err := p.opt.History.Append(ctx, memory.Entry{Key: ev.Key(), SessionKey: ev.SessionKey, Direction: dir, Event: ev}); err != nil {
+		return fmt.Errorf("persona: append history: %w", err)
+	}
+	return nil
+}
+
+func (p *Pipeline) handleNotice(ctx context.Context, ev channel.Event) error {
+	n := ev.Notice
+	if (n.Type == channel.NoticeGroupRecall || n.Type == channel.NoticeFriendRecall) && n.TargetMessageID != "" {
+		target := ev
+		target.MessageID = n.TargetMessageID
+		if err := p.opt.History.MarkRecalled(ctx, target.Key(), ev.Time); err != nil {
+			p.log.Warn("mark recalled", "err", err)
+		}
+	}
+	it := inbound.Item{ID: ev.Key(), SessionKey: ev.SessionKey, Event: ev}
+	o := inbound.Outcome{Code: outcome.Notice(n.Type), Reason: "platform notice recorded", Kind: "notice"}
+	created, err := p.opt.Queue.Record(ctx, it, o)
+	if err != nil {
+		return fmt.Errorf("persona: record notice: %w", err)
+	}
+	if created {
+		p.notify(it.ID, o)
+	}
+	return nil
+}
+
+func (p *Pipeline) notify(id string, o inbound.Outcome) {
+	if p.opt.OnOutcome != nil {
+		p.opt.OnOutcome(id, o)
+	}
+}

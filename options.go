@@ -1,0 +1,243 @@
+package persona
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/personakit/persona/agent"
+	"github.com/personakit/persona/channel"
+	"github.com/personakit/persona/clock"
+	"github.com/personakit/persona/gate"
+	"github.com/personakit/persona/inbound"
+	"github.com/personakit/persona/memory"
+	"github.com/personakit/persona/outbound"
+	"github.com/personakit/persona/route"
+	"github.com/personakit/persona/store"
+)
+
+// Options configures a Pipeline. Every zero field means the documented
+// default; only a Model (or a Runner that needs none) and a place to keep
+// data (DataDir or DB) are required.
+type Options struct {
+	// Profile names this bot binding in session keys (default "default").
+	Profile string
+	// Channels are the platform connections Run starts.
+	Channels []channel.Channel
+
+	// DataDir holds the SQLite database (persona.db) and the write-failure
+	// journal (inbound.journal). Created if missing. Ignored for the parts
+	// given explicitly below.
+	DataDir string
+	// DB is an already opened store; the pipeline does not close it.
+	DB *store.DB
+	// Queue, History, Ledger, Checkpoints override the store's ports.
+	Queue       inbound.Queue
+	History     memory.History
+	Ledger      outbound.Ledger
+	Checkpoints inbound.Checkpoints
+	// Journal receives items the queue could not store (default: a file
+	// journal in DataDir).
+	Journal inbound.Journal
+
+	// Persona is the SOUL.md text; PersonaFile is read when Persona is empty.
+	Persona     string
+	PersonaFile string
+	// Rules replace agent.DefaultRules in the system head.
+	Rules string
+	// Aliases are names the bot answers to; Owners are owner account ids.
+	Aliases []string
+	Owners  []string
+	// PrivateAdmission says who may talk to the bot in private
+	// (default everyone); PrivateAllowlist is used in allowlist mode.
+	PrivateAdmission gate.Admission
+	PrivateAllowlist []string
+	// Zone is the time zone of the clock line in prompts (default UTC).
+	Zone *time.Location
+
+	// Model answers every model call (required unless Runner needs none).
+	Model agent.Model
+	// Triggers replace route.DefaultTriggers.
+	Triggers []route.Trigger
+	// Gates replace the default gate chain.
+	Gates gate.Chain
+	// Router rates unprompted group messages; nil = proactive replies off.
+	Router route.Router
+	// Runner generates replies (default agent.SingleCall).
+	Runner agent.Runner
+	// Reviewer reviews drafts (default outbound.BasicReviewer).
+	Reviewer outbound.Reviewer
+	// Sender delivers replies (default outbound.NewSender over Ledger).
+	Sender outbound.Sender
+	// NoPacing turns off the pause between chunks of the default Sender.
+	NoPacing bool
+
+	// Workers is the number of turns processed at once (default 8).
+	Workers int
+	// ReplyConcurrency bounds generation and sending (default 8).
+	ReplyConcurrency int
+	// PerGroup and PerPrivate cap in-flight items per session (3 and 2).
+	PerGroup   int
+	PerPrivate int
+	// MaxAttempts, RetryBase and RetryCap shape the retry policy
+	// (5, 5 s, 5 min: delays 5, 10, 20, 40 s).
+	MaxAttempts int
+	RetryBase   time.Duration
+	RetryCap    time.Duration
+	// Lease and RenewEvery are the claim lease and its heartbeat
+	// (10 min, 2 min).
+	Lease      time.Duration
+	RenewEvery time.Duration
+	// ClaimPoll is how often idle workers look for due items besides being
+	// woken (500 ms).
+	ClaimPoll time.Duration
+	// RequestTimeout bounds one turn's generation (180 s).
+	RequestTimeout time.Duration
+	// HistoryLimit is the number of recent messages in the prompt (30).
+	HistoryLimit int
+	// OfflineRetry is how long an item waits when its channel is offline
+	// (1 s; no attempt is charged).
+	OfflineRetry time.Duration
+
+	// Clock is the time source (default the wall clock).
+	Clock clock.Clock
+	// Logger receives structured logs (nil = discard).
+	Logger *slog.Logger
+	// OnOutcome is called after a message's terminal record is written.
+	OnOutcome func(id string, o inbound.Outcome)
+}
+
+// Defaults used for zero Options fields.
+const (
+	DefaultWorkers          = 8
+	DefaultReplyConcurrency = 8
+	DefaultClaimPoll        = 500 * time.Millisecond
+	DefaultRequestTimeout   = 180 * time.Second
+	DefaultHistoryLimit     = 30
+	DefaultEnqueueTimeout   = 5 * time.Second
+	DefaultBookkeeping      = 5 * time.Second
+	DefaultOfflineRetry     = time.Second
+	DefaultCheckpointEvery  = 30 * time.Second
+	DefaultReplayPadding    = 30 * time.Minute
+	DefaultReplayMax        = 24 * time.Hour
+)
+
+// ErrNoModel is returned by New when neither a Model nor a Runner is set.
+var ErrNoModel = errors.New("persona: Options.Model is required")
+
+func (o *Options) applyDefaults() error {
+	setDur := func(d *time.Duration, def time.Duration) {
+		if *d <= 0 {
+			*d = def
+		}
+	}
+	setInt := func(n *int, def int) {
+		if *n <= 0 {
+			*n = def
+		}
+	}
+	if o.Profile == "" {
+		o.Profile = channel.DefaultProfile
+	}
+	setInt(&o.Workers, DefaultWorkers)
+	setInt(&o.ReplyConcurrency, DefaultReplyConcurrency)
+	setInt(&o.PerGroup, inbound.DefaultPerGroup)
+	setInt(&o.PerPrivate, inbound.DefaultPerPrivate)
+	setInt(&o.MaxAttempts, inbound.DefaultMaxAttempts)
+	setInt(&o.HistoryLimit, DefaultHistoryLimit)
+	setDur(&o.RetryBase, inbound.DefaultRetryBase)
+	setDur(&o.RetryCap, inbound.DefaultRetryCap)
+	setDur(&o.Lease, inbound.DefaultLease)
+	setDur(&o.RenewEvery, inbound.DefaultRenewEvery)
+	setDur(&o.ClaimPoll, DefaultClaimPoll)
+	setDur(&o.RequestTimeout, DefaultRequestTimeout)
+	setDur(&o.OfflineRetry, DefaultOfflineRetry)
+	if o.RenewEvery >= o.Lease {
+		return fmt.Errorf("persona: RenewEvery (%s) must be shorter than Lease (%s)", o.RenewEvery, o.Lease)
+	}
+	if !o.PrivateAdmission.Valid() {
+		return fmt.Errorf("persona: unknown PrivateAdmission %q", o.PrivateAdmission)
+	}
+	if o.Model == nil && o.Runner == nil {
+		return ErrNoModel
+	}
+	if o.Persona == "" && o.PersonaFile != "" {
+		b, err := os.ReadFile(o.PersonaFile)
+		if err != nil {
+			return fmt.Errorf("persona: read persona file: %w", err)
+		}
+		o.Persona = string(b)
+	}
+	if o.Runner == nil {
+		o.Runner = agent.SingleCall
+	}
+	if o.Reviewer == nil {
+		o.Reviewer = outbound.BasicReviewer
+	}
+	if o.Triggers == nil {
+		o.Triggers = route.DefaultTriggers()
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	o.Clock = clock.OrReal(o.Clock)
+	for i, ch := range o.Channels {
+		if ch == nil {
+			return fmt.Errorf("persona: Channels[%d] is nil", i)
+		}
+	}
+	return nil
+}
+
+// openStorage fills the storage ports from DB or DataDir. It returns the
+// store it opened itself (to be closed by the pipeline), if any.
+func (o *Options) openStorage() (owned *store.DB, err error) {
+	needStore := o.Queue == nil || o.History == nil || o.Ledger == nil || o.Checkpoints == nil
+	db := o.DB
+	if needStore && db == nil {
+		if o.DataDir == "" {
+			return nil, errors.New("persona: set Options.DataDir (or Options.DB)")
+		}
+		if err := os.MkdirAll(o.DataDir, 0o700); err != nil {
+			return nil, fmt.Errorf("persona: create data dir: %w", err)
+		}
+		db, err = store.Open(filepath.Join(o.DataDir, "persona.db"), store.Options{Clock: o.Clock, Logger: o.Logger})
+		if err != nil {
+			return nil, err
+		}
+		owned = db
+	}
+	if o.Queue == nil {
+		o.Queue = db
+	}
+	if o.History == nil {
+		o.History = db
+	}
+	if o.Ledger == nil {
+		o.Ledger = db
+	}
+	if o.Checkpoints == nil {
+		o.Checkpoints = db
+	}
+	if o.Journal == nil {
+		dir := o.DataDir
+		if dir == "" {
+			if owned != nil {
+				_ = owned.Close()
+			}
+			return nil, errors.New("persona: set Options.DataDir or Options.Journal")
+		}
+		j, err := inbound.OpenJournal(filepath.Join(dir, "inbound.journal"))
+		if err != nil {
+			if owned != nil {
+				_ = owned.Close()
+			}
+			return nil, err
+		}
+		o.Journal = j
+	}
+	return owned, nil
+}

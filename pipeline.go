@@ -1,0 +1,393 @@
+package persona
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/personakit/persona/channel"
+	"github.com/personakit/persona/clock"
+	"github.com/personakit/persona/gate"
+	"github.com/personakit/persona/inbound"
+	"github.com/personakit/persona/outbound"
+	"github.com/personakit/persona/route"
+	"github.com/personakit/persona/store"
+)
+
+// Pipeline is a running bot: channels in, replies out, one durable record
+// per message. Build it with New.
+type Pipeline struct {
+	opt      Options
+	clk      clock.Clock
+	log      *slog.Logger
+	owned    *store.DB
+	closers  []io.Closer
+	owner    string // lease owner prefix: process uuid
+	gates    gate.Chain
+	admit    gate.AdmissionPolicy
+	identity route.Identity
+	sender   outbound.Sender
+	replayer *inbound.Replayer
+	directed *directedRegistry
+
+	wake     chan struct{}
+	replySem chan struct{}
+
+	mu       sync.Mutex
+	channels map[string]*chanState // by "<platform>/<bot id>" and by platform
+	cutoff   time.Time
+
+	stats Stats
+}
+
+type chanState struct {
+	ch     channel.Channel
+	online atomic.Bool
+}
+
+// Stats are counters of what HandleEvent saw, for monitoring.
+type Stats struct {
+	// Rejected counts malformed events refused by HandleEvent.
+	Rejected atomic.Int64
+	// Enqueued counts new queue items; Duplicates counts redeliveries.
+	Enqueued   atomic.Int64
+	Duplicates atomic.Int64
+	// Journaled counts events written to the journal because the queue
+	// could not be written.
+	Journaled atomic.Int64
+}
+
+// New validates the options, opens the store (when DataDir is used) and
+// returns a Pipeline ready to Run.
+func New(opt Options) (*Pipeline, error) {
+	if err := opt.applyDefaults(); err != nil {
+		return nil, err
+	}
+	owned, err := opt.openStorage()
+	if err != nil {
+		return nil, err
+	}
+	p := &Pipeline{
+		opt:      opt,
+		clk:      opt.Clock,
+		log:      opt.Logger,
+		owned:    owned,
+		owner:    uuid.NewString(),
+		admit:    gate.AdmissionPolicy{Mode: opt.PrivateAdmission, Owners: opt.Owners, Allowlist: opt.PrivateAllowlist},
+		identity: route.Identity{Aliases: opt.Aliases, Owners: opt.Owners},
+		directed: newDirectedRegistry(opt.Clock),
+		wake:     make(chan struct{}, 1),
+		replySem: make(chan struct{}, opt.ReplyConcurrency),
+		channels: map[string]*chanState{},
+	}
+	if fj, ok := opt.Journal.(io.Closer); ok && opt.Journal != nil {
+		p.closers = append(p.closers, fj)
+	}
+	p.gates = opt.Gates
+	if p.gates == nil {
+		p.gates = DefaultGates(opt.Router != nil)
+	}
+	p.sender = opt.Sender
+	if p.sender == nil {
+		s, err := outbound.NewSender(outbound.SenderConfig{
+			Ledger: opt.Ledger, Clock: opt.Clock, NoPacing: opt.NoPacing, Logger: opt.Logger,
+			AfterSend: p.afterSend,
+		})
+		if err != nil {
+			_ = p.Close()
+			return nil, err
+		}
+		p.sender = s
+	}
+	p.replayer = inbound.NewReplayer(opt.Journal, opt.Queue, inbound.ReplayOptions{
+		Clock: opt.Clock, Logger: opt.Logger,
+		OnReplayed: func(it inbound.Item, enqueued bool) {
+			if enqueued {
+				p.Wake()
+			}
+		},
+	})
+	for _, ch := range opt.Channels {
+		p.register(ch, "")
+	}
+	return p, nil
+}
+
+// DefaultGates returns the default deterministic gate chain. proactive says
+// whether unprompted messages may go on to a router.
+func DefaultGates(proactive bool) gate.Chain {
+	return gate.Chain{
+		gate.ProactiveSwitch(func(*gate.Turn) bool { return proactive }),
+	}
+}
+
+// Close releases what New opened (the store and journal it opened itself).
+// Call it after Run returned.
+func (p *Pipeline) Close() error {
+	var errs []error
+	for _, c := range p.closers {
+		errs = append(errs, c.Close())
+	}
+	if p.owned != nil {
+		errs = append(errs, p.owned.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// Stats returns the pipeline's counters.
+func (p *Pipeline) Stats() *Stats { return &p.stats }
+
+// Lookup returns the record of one inbound message by its item id (the
+// event's Key()).
+func (p *Pipeline) Lookup(ctx context.Context, id string) (inbound.Record, error) {
+	return p.opt.Queue.Lookup(ctx, id)
+}
+
+// Wake makes the dispatcher look for claimable work now.
+func (p *Pipeline) Wake() {
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (p *Pipeline) register(ch channel.Channel, botID string) *chanState {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	st := p.channels[ch.Name()]
+	if st == nil || st.ch != ch {
+		if existing := p.findLocked(ch); existing != nil {
+			st = existing
+		} else {
+			st = &chanState{ch: ch}
+			st.online.Store(true)
+		}
+	}
+	if _, ok := p.channels[ch.Name()]; !ok {
+		p.channels[ch.Name()] = st
+	}
+	if botID != "" {
+		p.channels[ch.Name()+"/"+botID] = st
+	}
+	return st
+}
+
+func (p *Pipeline) findLocked(ch channel.Channel) *chanState {
+	for _, st := range p.channels {
+		if st.ch == ch {
+			return st
+		}
+	}
+	return nil
+}
+
+// channelFor finds the channel that serves a platform and bot.
+func (p *Pipeline) channelFor(platform, botID string) *chanState {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if st := p.channels[platform+"/"+botID]; st != nil {
+		return st
+	}
+	return p.channels[platform]
+}
+
+func (p *Pipeline) anyOnline() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.channels) == 0 {
+		return true // events arrive through HandleEvent directly
+	}
+	for _, st := range p.channels {
+		if st.online.Load() {
+			return true
+		}
+	}
+	return false
+}
+
+// sink is the channel.Sink a channel gets from Run.
+type sink struct {
+	p  *Pipeline
+	st *chanState
+}
+
+func (s sink) HandleEvent(ctx context.Context, ev channel.Event) error {
+	if ev.Platform == "" {
+		ev.Platform = s.st.ch.Name()
+	}
+	if ev.BotID != "" {
+		s.p.register(s.st.ch, ev.BotID)
+	}
+	return s.p.HandleEvent(ctx, ev)
+}
+
+func (s sink) ReportState(ctx context.Context, st channel.State) {
+	if st.BotID != "" {
+		s.p.register(s.st.ch, st.BotID)
+	}
+	online := st.Connected && st.Online
+	was := s.st.online.Swap(online)
+	switch {
+	case online && !was:
+		s.p.log.Info("reconnected", "platform", st.Platform, "bot", st.BotID, "reason", st.Reason)
+		s.p.Wake()
+	case !online && was:
+		s.p.log.Warn("disconnected", "platform", st.Platform, "bot", st.BotID, "reason", st.Reason)
+		s.p.saveCheckpoint(ctx)
+	}
+}
+
+// Sink returns the channel.Sink for a channel that is not in
+// Options.Channels (an embedder running its own adapter loop).
+func (p *Pipeline) Sink(ch channel.Channel) channel.Sink {
+	return sink{p: p, st: p.register(ch, "")}
+}
+
+const checkpointKey = "pipeline"
+
+func (p *Pipeline) saveCheckpoint(ctx context.Context) {
+	bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), DefaultBookkeeping)
+	defer cancel()
+	if err := p.opt.Checkpoints.SaveCheckpoint(bctx, p.opt.Profile+"/"+checkpointKey, p.clk.Now()); err != nil {
+		p.log.Error("save checkpoint", "err", err)
+	}
+}
+
+// start prepares a run: expired leases, the journal and the replay cutoff.
+func (p *Pipeline) start(ctx context.Context) error {
+	if n, err := p.opt.Queue.ReleaseExpired(ctx); err != nil {
+		return fmt.Errorf("persona: release expired leases: %w", err)
+	} else if n > 0 {
+		p.log.Info("released expired leases", "count", n)
+	}
+	if n, err := p.replayer.ReplayOnce(ctx); err != nil {
+		p.log.Warn("journal replay incomplete; will retry", "replayed", n, "err", err)
+	}
+	now := p.clk.Now()
+	last, ok, err := p.opt.Checkpoints.LoadCheckpoint(ctx, p.opt.Profile+"/"+checkpointKey)
+	if err != nil {
+		return fmt.Errorf("persona: load checkpoint: %w", err)
+	}
+	if !ok {
+		last = now
+		if ns, ok := p.opt.Checkpoints.(interface {
+			NewestEventTime(context.Context) (time.Time, bool, error)
+		}); ok {
+			if t, found, err := ns.NewestEventTime(ctx); err == nil && found {
+				last = t
+			}
+		}
+	}
+	p.mu.Lock()
+	p.cutoff = inbound.ReplayCutoff(last, now, DefaultReplayPadding, DefaultReplayMax)
+	p.mu.Unlock()
+	return nil
+}
+
+func (p *Pipeline) replayCutoff() time.Time {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.cutoff
+}
+
+// Run starts the channels, the journal replayer, the checkpoint loop and the
+// workers, and blocks until ctx ends. Running turns are cancelled with ctx
+// and their leases given back without charging an attempt.
+func (p *Pipeline) Run(ctx context.Context) error {
+	if err := p.start(ctx); err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	for _, ch := range p.opt.Channels {
+		s := sink{p: p, st: p.register(ch, "")}
+		g.Go(func() error {
+			err := ch.Run(gctx, s)
+			if err != nil && gctx.Err() == nil {
+				return fmt.Errorf("persona: channel %s: %w", ch.Name(), err)
+			}
+			return nil
+		})
+	}
+	g.Go(func() error { return p.replayer.Run(gctx) })
+	g.Go(func() error { p.checkpointLoop(gctx); return nil })
+	g.Go(func() error { p.dispatch(gctx); return nil })
+	err := g.Wait()
+	p.saveCheckpoint(ctx)
+	if ctx.Err() != nil && err == nil {
+		return nil
+	}
+	return err
+}
+
+func (p *Pipeline) checkpointLoop(ctx context.Context) {
+	for clock.Sleep(p.clk, ctx.Done(), DefaultCheckpointEvery) {
+		if p.anyOnline() {
+			p.saveCheckpoint(ctx)
+		}
+	}
+}
+
+// dispatch claims work while there are free workers and hands each lease to
+// its own goroutine. It sleeps on the wake signal, a finished turn or the
+// claim poll, never on a busy loop.
+func (p *Pipeline) dispatch(ctx context.Context) {
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	done := make(chan struct{}, p.opt.Workers)
+	inflight := 0
+	for ctx.Err() == nil {
+		claimed := 0
+		if free := p.opt.Workers - inflight; free > 0 && p.anyOnline() {
+			leases, err := p.opt.Queue.Claim(ctx, inbound.Limits{
+				Max: free, PerGroup: p.opt.PerGroup, PerPrivate: p.opt.PerPrivate,
+				Lease: p.opt.Lease, Owner: p.owner,
+			})
+			if err != nil && ctx.Err() == nil {
+				p.log.Error("claim failed", "err", err)
+			}
+			for _, l := range leases {
+				inflight++
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					p.runTurn(ctx, l)
+					done <- struct{}{}
+				}()
+			}
+			claimed = len(leases)
+			if claimed == free {
+				// Maybe more work: wait only for a free worker.
+				select {
+				case <-done:
+					inflight--
+				case <-ctx.Done():
+				}
+				continue
+			}
+		}
+		t := p.clk.NewTimer(p.opt.ClaimPoll)
+		select {
+		case <-p.wake:
+		case <-done:
+			inflight--
+		case <-t.C():
+		case <-ctx.Done():
+		}
+		t.Stop()
+	}
+	for inflight > 0 {
+		<-done
+		inflight--
+	}
+}

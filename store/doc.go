@@ -1,0 +1,65 @@
+// Package store is persona's embedded persistence: one SQLite file (through
+// github.com/mattn/go-sqlite3) that holds everything deciding what the bot
+// does next.
+//
+// # Overview
+//
+// [Open] returns a [*DB] that implements the storage ports of the other
+// stages:
+//
+//   - inbound.Queue and inbound.Checkpoints: the durable inbound queue
+//     (table inbound_items, read through the view inbound_events) and the
+//     per-bot online checkpoints (checkpoints);
+//   - memory.History: the permanent transcript (message_events);
+//   - outbound.Ledger: turn drafts and the delivery ledger (turn_drafts,
+//     delivery_ledger);
+//   - gate.Flags: session flags with deadlines (session_flags).
+//
+// Besides the ports, [DB.Records], [DB.NewestEventTime] and
+// [DB.CountOutcomes] serve the event center and the coordinator.
+//
+// Every timestamp is stored as unix milliseconds in an INTEGER column; times
+// read back are in UTC. "Now" comes from Options.Clock, so tests drive
+// leases and availability with a clock.Fake.
+//
+// The schema is created and upgraded by numbered SQL migrations embedded in
+// the binary (migrations/NNNN_name.sql), applied in order in one transaction
+// when the file is opened; PRAGMA user_version records the version. Opening
+// an up-to-date file changes nothing; a file written by a newer build is
+// refused with [ErrSchemaTooNew].
+//
+// # Durability
+//
+// The database runs in WAL mode. With Options.Synchronous = [SyncNormal]
+// (the default) a commit is written to the WAL but not fsynced: a process
+// crash loses nothing, a power loss or kernel crash may lose the last
+// transactions committed before it, and the database is never corrupted.
+// [SyncFull] fsyncs the WAL on every commit, so nothing acknowledged is ever
+// lost, at the price of one fsync per (group) commit. Checkpoints, which copy
+// the WAL back into the database file, run on a connection of their own in
+// the background, so a commit never waits for one; under sustained writes the
+// writer truncates the WAL itself once it passes 64 MiB.
+//
+// # Implementing
+//
+// Use [*DB] as the default for every port, or implement a port yourself and
+// prove it with its conformance suite (inbound/queuetest for inbound.Queue).
+// Claim ranks only a window at the front of the claim order (twice the
+// requested count, at least 32 candidates), so its cost does not grow with
+// the backlog; it never returns nothing while an item is claimable, but it
+// may return fewer than requested when a few sessions' backlogs fill that
+// window.
+//
+// # Concurrency
+//
+// A DB is safe for concurrent use. All writes go through a single writer
+// connection (a *sql.DB limited to one connection, transactions begun
+// IMMEDIATE) owned by one goroutine that practises group commit: operations
+// submitted concurrently share one transaction, each still atomic: one that
+// fails returns its own error and leaves no trace, and every caller returns
+// only after the transaction holding its operation committed. Reads use a
+// separate pool of read-only connections (Options.ReadConns) and see every
+// write that returned before them. A lock held by another process is waited
+// for up to Options.BusyTimeout. Close waits for the batch in progress;
+// afterwards every method returns [ErrClosed].
+package store

@@ -1,0 +1,113 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/personakit/persona/channel"
+	"github.com/personakit/persona/memory"
+)
+
+// Append implements memory.History: it upserts the message_events row keyed
+// by e.Key (filled from e.Event.Key() when empty). An existing row gets the
+// new payload, text and sender details and keeps its created_at and, unless
+// e.RecalledAt is set, its recall time. e.SessionKey defaults to
+// e.Event.SessionKey and must not end up empty (ErrInvalid); e.Direction
+// defaults to "out" for the bot's own messages, "notice" for notices and
+// "in" otherwise.
+func (d *DB) Append(ctx context.Context, e memory.Entry) error {
+	if e.Key == "" {
+		e.Key = e.Event.Key()
+	}
+	if e.SessionKey == "" {
+		e.SessionKey = e.Event.SessionKey
+	}
+	if e.SessionKey == "" {
+		return fmt.Errorf("%w: history entry %s without a session key", ErrInvalid, e.Key)
+	}
+	if e.Direction == "" {
+		switch e.Event.Kind {
+		case channel.KindSelf:
+			e.Direction = memory.Out
+		case channel.KindNotice:
+			e.Direction = memory.Notice
+		default:
+			e.Direction = memory.In
+		}
+	}
+	switch e.Direction {
+	case memory.In, memory.Out, memory.Notice:
+	default:
+		return fmt.Errorf("%w: history entry %s: direction %q", ErrInvalid, e.Key, e.Direction)
+	}
+	now := d.now()
+	r, err := newEventRow(e.Key, e.SessionKey, &e.Event, e.Direction, e.RecalledAt, now)
+	if err != nil {
+		return err
+	}
+	if err := d.write(ctx, func(tx wtx) error { return upsertEvent(tx, &r, now) }); err != nil {
+		return fmt.Errorf("store: append %s: %w", e.Key, err)
+	}
+	return nil
+}
+
+// Recent implements memory.History: the newest limit entries of the session,
+// returned oldest first (by event time, then insertion order). limit ≤ 0
+// returns nothing.
+func (d *DB) Recent(ctx context.Context, sessionKey string, limit int) ([]memory.Entry, error) {
+	if limit <= 0 {
+		return nil, nil
+	}
+	rows, err := d.rdb.QueryContext(ctx, `
+SELECT id, session_key, direction, payload, recalled_at FROM (
+    SELECT rowid AS rid, id, session_key, direction, payload, recalled_at, event_time
+    FROM message_events WHERE session_key = ?
+    ORDER BY event_time DESC, rowid DESC LIMIT ?
+) ORDER BY event_time, rid`, sessionKey, limit)
+	if err != nil {
+		return nil, fmt.Errorf("store: recent %s: %w", sessionKey, err)
+	}
+	defer func() { _ = rows.Close() }()
+	var out []memory.Entry
+	for rows.Next() {
+		var (
+			e        memory.Entry
+			dir      string
+			payload  []byte
+			recalled sql.NullInt64
+		)
+		if err := rows.Scan(&e.Key, &e.SessionKey, &dir, &payload, &recalled); err != nil {
+			return nil, fmt.Errorf("store: recent %s: %w", sessionKey, err)
+		}
+		e.Direction = memory.Direction(dir)
+		e.RecalledAt = fromNullMs(recalled)
+		if err := json.Unmarshal(payload, &e.Event); err != nil {
+			return nil, fmt.Errorf("store: recent %s: decode %s: %w", sessionKey, e.Key, err)
+		}
+		out = append(out, e)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("store: recent %s: %w", sessionKey, err)
+	}
+	return out, nil
+}
+
+// MarkRecalled implements memory.History: it sets the recall time of the
+// entry with this key. An unknown key is not an error (a recall notice may
+// name a message that was never stored).
+func (d *DB) MarkRecalled(ctx context.Context, key string, at time.Time) error {
+	if at.IsZero() {
+		at = d.clk.Now()
+	}
+	err := d.write(ctx, func(tx wtx) error {
+		_, err := tx.exec(`UPDATE message_events SET recalled_at = ?2 WHERE id = ?1`, key, ms(at))
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("store: mark recalled %s: %w", key, err)
+	}
+	return nil
+}

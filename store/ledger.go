@@ -1,0 +1,178 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/personakit/persona/outbound"
+)
+
+// SaveDraft implements outbound.Ledger: the first draft saved for a turn
+// wins; later calls return the stored one unchanged. dr.TurnID must be set
+// (ErrInvalid).
+func (d *DB) SaveDraft(ctx context.Context, dr outbound.Draft) (outbound.Draft, error) {
+	if dr.TurnID == "" {
+		return outbound.Draft{}, fmt.Errorf("%w: draft without a turn id", ErrInvalid)
+	}
+	body, err := json.Marshal(dr)
+	if err != nil {
+		return outbound.Draft{}, fmt.Errorf("%w: encode draft %s: %w", ErrInvalid, dr.TurnID, err)
+	}
+	now := d.now()
+	var stored []byte
+	err = d.write(ctx, func(tx wtx) error {
+		if _, err := tx.exec(`INSERT INTO turn_drafts (turn_id, draft, created_at) VALUES (?1, ?2, ?3)
+ON CONFLICT (turn_id) DO NOTHING`, dr.TurnID, string(body), now); err != nil {
+			return err
+		}
+		return tx.queryRow(`SELECT draft FROM turn_drafts WHERE turn_id = ?`, dr.TurnID).Scan(&stored)
+	})
+	if err != nil {
+		return outbound.Draft{}, fmt.Errorf("store: save draft %s: %w", dr.TurnID, err)
+	}
+	var out outbound.Draft
+	if err := json.Unmarshal(stored, &out); err != nil {
+		return outbound.Draft{}, fmt.Errorf("store: save draft %s: decode: %w", dr.TurnID, err)
+	}
+	return out, nil
+}
+
+// LoadDraft implements outbound.Ledger.
+func (d *DB) LoadDraft(ctx context.Context, turnID string) (outbound.Draft, bool, error) {
+	var body []byte
+	err := d.rdb.QueryRowContext(ctx, `SELECT draft FROM turn_drafts WHERE turn_id = ?`, turnID).Scan(&body)
+	if errors.Is(err, sql.ErrNoRows) {
+		return outbound.Draft{}, false, nil
+	}
+	if err != nil {
+		return outbound.Draft{}, false, fmt.Errorf("store: load draft %s: %w", turnID, err)
+	}
+	var out outbound.Draft
+	if err := json.Unmarshal(body, &out); err != nil {
+		return outbound.Draft{}, false, fmt.Errorf("store: load draft %s: decode: %w", turnID, err)
+	}
+	return out, true, nil
+}
+
+// Slots implements outbound.Ledger: the turn's slots ordered by slot number.
+func (d *DB) Slots(ctx context.Context, turnID string) ([]outbound.Slot, error) {
+	rows, err := d.rdb.QueryContext(ctx, `SELECT slot, fingerprint, state, platform_message_ids, sent_at
+FROM delivery_ledger WHERE turn_id = ? ORDER BY slot`, turnID)
+	if err != nil {
+		return nil, fmt.Errorf("store: slots %s: %w", turnID, err)
+	}
+	defer func() { _ = rows.Close() }()
+	var out []outbound.Slot
+	for rows.Next() {
+		s := outbound.Slot{TurnID: turnID}
+		var (
+			state  string
+			ids    sql.NullString
+			sentAt sql.NullInt64
+		)
+		if err := rows.Scan(&s.N, &s.Fingerprint, &state, &ids, &sentAt); err != nil {
+			return nil, fmt.Errorf("store: slots %s: %w", turnID, err)
+		}
+		s.State = outbound.SlotState(state)
+		s.SentAt = fromNullMs(sentAt)
+		if ids.Valid {
+			if err := json.Unmarshal([]byte(ids.String), &s.MessageIDs); err != nil {
+				return nil, fmt.Errorf("store: slots %s: decode ids: %w", turnID, err)
+			}
+		}
+		out = append(out, s)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("store: slots %s: %w", turnID, err)
+	}
+	return out, nil
+}
+
+// MarkIntent implements outbound.Ledger: it records slot n in state intent.
+// An existing slot keeps its state (a sent slot is never downgraded); an
+// existing slot with a different fingerprint is ErrFingerprintMismatch.
+func (d *DB) MarkIntent(ctx context.Context, turnID string, n int, fingerprint string) error {
+	if turnID == "" {
+		return fmt.Errorf("%w: ledger slot without a turn id", ErrInvalid)
+	}
+	now := d.now()
+	err := d.write(ctx, func(tx wtx) error {
+		res, err := tx.exec(`INSERT INTO delivery_ledger (turn_id, slot, fingerprint, state, created_at, updated_at)
+VALUES (?1, ?2, ?3, 'intent', ?4, ?4) ON CONFLICT (turn_id, slot) DO NOTHING`, turnID, n, fingerprint, now)
+		if err != nil {
+			return err
+		}
+		if affected(res) == 1 {
+			return nil
+		}
+		var have string
+		if err := tx.queryRow(`SELECT fingerprint FROM delivery_ledger WHERE turn_id = ?1 AND slot = ?2`,
+			turnID, n).Scan(&have); err != nil {
+			return err
+		}
+		if have != fingerprint && have != "" {
+			return clean(fmt.Errorf("%w: slot %d has %q, not %q", ErrFingerprintMismatch, n, have, fingerprint))
+		}
+		if have == "" {
+			_, err = tx.exec(`UPDATE delivery_ledger SET fingerprint = ?3, updated_at = ?4
+WHERE turn_id = ?1 AND slot = ?2`, turnID, n, fingerprint, now)
+		}
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("store: mark intent %s/%d: %w", turnID, n, err)
+	}
+	return nil
+}
+
+// MarkSent implements outbound.Ledger: slot n becomes sent with the platform
+// message ids and the send time (zero = now). A slot without a prior intent
+// is recorded as sent with an empty fingerprint, so a delivery is never
+// forgotten.
+func (d *DB) MarkSent(ctx context.Context, turnID string, n int, messageIDs []string, at time.Time) error {
+	if turnID == "" {
+		return fmt.Errorf("%w: ledger slot without a turn id", ErrInvalid)
+	}
+	if messageIDs == nil {
+		messageIDs = []string{}
+	}
+	ids, err := json.Marshal(messageIDs)
+	if err != nil {
+		return fmt.Errorf("store: mark sent %s/%d: %w", turnID, n, err)
+	}
+	now := d.now()
+	sent := now
+	if !at.IsZero() {
+		sent = ms(at)
+	}
+	err = d.write(ctx, func(tx wtx) error {
+		_, err := tx.exec(`INSERT INTO delivery_ledger (turn_id, slot, fingerprint, state, platform_message_ids,
+    sent_at, created_at, updated_at)
+VALUES (?1, ?2, '', 'sent', ?3, ?4, ?5, ?5)
+ON CONFLICT (turn_id, slot) DO UPDATE SET state = 'sent', platform_message_ids = excluded.platform_message_ids,
+    sent_at = excluded.sent_at, updated_at = excluded.updated_at`, turnID, n, string(ids), sent, now)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("store: mark sent %s/%d: %w", turnID, n, err)
+	}
+	return nil
+}
+
+// ClearIntent implements outbound.Ledger: it removes slot n while it is
+// still in state intent (the send is known to have failed), so a retry
+// sends the chunk again. A sent slot, or a missing one, is left alone.
+func (d *DB) ClearIntent(ctx context.Context, turnID string, n int) error {
+	err := d.write(ctx, func(tx wtx) error {
+		_, err := tx.exec(`DELETE FROM delivery_ledger WHERE turn_id = ?1 AND slot = ?2 AND state = 'intent'`, turnID, n)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("store: clear intent %s/%d: %w", turnID, n, err)
+	}
+	return nil
+}

@@ -1,0 +1,719 @@
+package store
+
+import (
+	"cmp"
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/personakit/persona/channel"
+	"github.com/personakit/persona/inbound"
+	"github.com/personakit/persona/memory"
+	"github.com/personakit/persona/outcome"
+)
+
+// eventRow holds the message_events columns of one event, computed on the
+// caller's goroutine before the write is submitted.
+type eventRow struct {
+	id, session, platform, botID, chatKind, chatID, messageID string
+	seq                                                       int64
+	senderID, senderName                                      string
+	eventTime                                                 int64
+	text                                                      string
+	payload                                                   []byte
+	direction                                                 memory.Direction
+	recalledAt                                                any
+}
+
+// newEventRow encodes ev for the message_events row with the given key.
+// A zero event time is replaced by now.
+func newEventRow(id, session string, ev *channel.Event, dir memory.Direction, recalled time.Time, now int64) (eventRow, error) {
+	payload, err := json.Marshal(ev)
+	if err != nil {
+		return eventRow{}, fmt.Errorf("%w: encode event %s: %w", ErrInvalid, id, err)
+	}
+	et := now
+	if !ev.Time.IsZero() {
+		et = ms(ev.Time)
+	}
+	return eventRow{
+		id: id, session: session, platform: ev.Platform, botID: ev.BotID,
+		chatKind: string(ev.Chat.Kind), chatID: ev.Chat.ID, messageID: ev.MessageID, seq: ev.Seq,
+		senderID: ev.Sender.ID, senderName: ev.Sender.Name, eventTime: et, text: ev.Text(),
+		payload: payload, direction: dir, recalledAt: nullMs(recalled),
+	}, nil
+}
+
+const sqlUpsertEvent = `
+INSERT INTO message_events (id, session_key, platform, bot_id, chat_kind, chat_id, message_id, seq,
+    sender_id, sender_name, event_time, text, payload, direction, recalled_at, created_at)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)
+ON CONFLICT (id) DO UPDATE SET
+    session_key = excluded.session_key, platform = excluded.platform, bot_id = excluded.bot_id,
+    chat_kind = excluded.chat_kind, chat_id = excluded.chat_id, message_id = excluded.message_id,
+    seq = excluded.seq, sender_id = excluded.sender_id, sender_name = excluded.sender_name,
+    event_time = excluded.event_time, text = excluded.text, payload = excluded.payload,
+    direction = excluded.direction, recalled_at = COALESCE(excluded.recalled_at, recalled_at)`
+
+// upsertEvent writes the transcript row, keeping created_at (and recalled_at
+// unless a new one is given) of an existing row.
+func upsertEvent(tx wtx, r *eventRow, now int64) error {
+	_, err := tx.exec(sqlUpsertEvent, r.id, r.session, r.platform, r.botID, r.chatKind, r.chatID, r.messageID,
+		r.seq, r.senderID, r.senderName, r.eventTime, r.text, r.payload, string(r.direction), r.recalledAt, now)
+	return err
+}
+
+// itemRow is a prepared inbound_items insert.
+type itemRow struct {
+	ev       eventRow
+	chatKind string
+	source   string
+	avail    int64
+	priority int
+	history  bool
+}
+
+// prepareItem validates and completes it, and encodes its rows.
+func (d *DB) prepareItem(it *inbound.Item, dir memory.Direction, now int64) (itemRow, error) {
+	if it.ID == "" {
+		it.ID = it.Event.Key()
+	}
+	if it.SessionKey == "" {
+		it.SessionKey = it.Event.SessionKey
+	}
+	switch {
+	case it.ID == "":
+		return itemRow{}, fmt.Errorf("%w: item without an id", ErrInvalid)
+	case it.SessionKey == "":
+		return itemRow{}, fmt.Errorf("%w: item %s without a session key (set Item.SessionKey or Event.SessionKey)", ErrInvalid, it.ID)
+	}
+	ev, err := newEventRow(it.ID, it.SessionKey, &it.Event, dir, time.Time{}, now)
+	if err != nil {
+		return itemRow{}, err
+	}
+	r := itemRow{ev: ev, chatKind: string(sessionKind(it)), source: string(it.Event.Source), avail: now,
+		priority: it.Priority, history: it.HistoryOnly}
+	if r.source == "" {
+		r.source = string(channel.SourceLive)
+	}
+	if !it.AvailableAt.IsZero() {
+		r.avail = ms(it.AvailableAt)
+	}
+	return r, nil
+}
+
+// sessionKind is the chat kind that selects the session's in-flight limit:
+// the event's chat kind, else the kind named in the session key, else group.
+func sessionKind(it *inbound.Item) channel.ChatKind {
+	if it.Event.Chat.Kind.Valid() {
+		return it.Event.Chat.Kind
+	}
+	if p, err := channel.ParseSessionKey(it.SessionKey); err == nil {
+		return p.Chat.Kind
+	}
+	return channel.Group
+}
+
+const sqlInsertItem = `
+INSERT INTO inbound_items (id, session_key, chat_kind, sender_id, message_id, event_time, seq, source,
+    history_only, priority, status, attempts, available_at, enqueued_at, created_at, updated_at)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, 'pending', 0, ?11, ?12, ?12, ?12)
+ON CONFLICT (id) DO NOTHING`
+
+const sqlRaisePriority = `
+UPDATE inbound_items SET priority = max(priority, ?2), updated_at = ?3
+WHERE id = ?1 AND status = 'pending' AND priority < ?2`
+
+// Enqueue implements inbound.Queue. It fills it.ID from it.Event.Key() and
+// it.SessionKey from it.Event.SessionKey when they are empty and rejects an
+// item that still has no session key (ErrInvalid). In one transaction it
+// upserts the message_events row (direction "in") and inserts the
+// inbound_items row; for an existing item it raises a still-pending row's
+// priority to max(old, new) and returns false. The history row is keyed by
+// the item id.
+func (d *DB) Enqueue(ctx context.Context, it inbound.Item) (bool, error) {
+	now := d.now()
+	r, err := d.prepareItem(&it, memory.In, now)
+	if err != nil {
+		return false, err
+	}
+	var enqueued bool
+	err = d.write(ctx, func(tx wtx) error {
+		enqueued = false
+		if err := upsertEvent(tx, &r.ev, now); err != nil {
+			return err
+		}
+		res, err := tx.exec(sqlInsertItem, it.ID, it.SessionKey, r.chatKind, r.ev.senderID, r.ev.messageID,
+			r.ev.eventTime, r.ev.seq, r.source, r.history, r.priority, r.avail, now)
+		if err != nil {
+			return err
+		}
+		if affected(res) == 1 {
+			enqueued = true
+			return nil
+		}
+		_, err = tx.exec(sqlRaisePriority, it.ID, r.priority, now)
+		return err
+	})
+	if err != nil {
+		return false, fmt.Errorf("store: enqueue %s: %w", it.ID, err)
+	}
+	return enqueued, nil
+}
+
+const sqlInsertDone = `
+INSERT INTO inbound_items (id, session_key, chat_kind, sender_id, message_id, event_time, seq, source,
+    history_only, priority, status, attempts, available_at, enqueued_at, created_at, updated_at,
+    outcome, reason, delivery_stage, outbound_ids, merged_into, gates_done_at, generation_start_at,
+    generation_end_at, first_send_at, first_ack_at, tokens, kind, completed_at)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, 'done', 0, ?11, ?12, ?12, ?12,
+    ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?12)
+ON CONFLICT (id) DO NOTHING`
+
+// outcomeRow is an encoded inbound.Outcome.
+type outcomeRow struct {
+	code, reason, stage, outbound, merged, tokens, kind any
+	gates, genStart, genEnd, firstSend, firstAck        any
+}
+
+// encodeOutcome validates and encodes o.
+func encodeOutcome(o *inbound.Outcome) (outcomeRow, error) {
+	if !o.Code.Valid() {
+		return outcomeRow{}, fmt.Errorf("%w: outcome code %q", ErrInvalid, o.Code)
+	}
+	r := outcomeRow{
+		code: string(o.Code), reason: nullStr(o.Reason), stage: nullStr(string(o.Stage)),
+		merged: nullStr(o.MergedInto), kind: nullStr(o.Kind),
+		gates: nullMs(o.Timings.GatesDone), genStart: nullMs(o.Timings.GenerationStart),
+		genEnd: nullMs(o.Timings.GenerationEnd), firstSend: nullMs(o.Timings.FirstSend),
+		firstAck: nullMs(o.Timings.FirstAck),
+	}
+	if len(o.OutboundIDs) > 0 {
+		b, err := json.Marshal(o.OutboundIDs)
+		if err != nil {
+			return outcomeRow{}, err
+		}
+		r.outbound = string(b)
+	}
+	if len(o.Tokens) > 0 {
+		b, err := json.Marshal(o.Tokens)
+		if err != nil {
+			return outcomeRow{}, err
+		}
+		r.tokens = string(b)
+	}
+	return r, nil
+}
+
+// Record implements inbound.Queue: it stores an item that is done from the
+// start, with its outcome and its message_events row (direction "notice" for
+// a notice event, "out" for the bot's own message, else "in"). It is
+// idempotent: when the item already exists nothing changes and it returns
+// false.
+func (d *DB) Record(ctx context.Context, it inbound.Item, o inbound.Outcome) (bool, error) {
+	now := d.now()
+	dir := memory.In
+	switch it.Event.Kind {
+	case channel.KindNotice:
+		dir = memory.Notice
+	case channel.KindSelf:
+		dir = memory.Out
+	}
+	r, err := d.prepareItem(&it, dir, now)
+	if err != nil {
+		return false, err
+	}
+	or, err := encodeOutcome(&o)
+	if err != nil {
+		return false, fmt.Errorf("store: record %s: %w", it.ID, err)
+	}
+	var inserted bool
+	err = d.write(ctx, func(tx wtx) error {
+		inserted = false
+		res, err := tx.exec(sqlInsertDone, it.ID, it.SessionKey, r.chatKind, r.ev.senderID, r.ev.messageID,
+			r.ev.eventTime, r.ev.seq, r.source, r.history, r.priority, r.avail, now,
+			or.code, or.reason, or.stage, or.outbound, or.merged, or.gates, or.genStart, or.genEnd,
+			or.firstSend, or.firstAck, or.tokens, or.kind)
+		if err != nil {
+			return err
+		}
+		if affected(res) == 0 {
+			return nil
+		}
+		inserted = true
+		return upsertEvent(tx, &r.ev, now)
+	})
+	if err != nil {
+		return false, fmt.Errorf("store: record %s: %w", it.ID, err)
+	}
+	return inserted, nil
+}
+
+// sqlClaim leases up to ?5 claimable items in one statement.
+//
+// A row is a candidate when it is pending and available, or leased with an
+// expired lease, and its session is not already at its in-flight limit (?3
+// for private chats, ?4 for groups; unexpired leases count). The statement
+// walks the candidates in claim order on the covering index
+// inbound_items_order and keeps the first ?7 of them (the front). There it
+// ranks each candidate within its session with a window function and takes,
+// in claim order, those whose rank plus the session's unexpired leases stay
+// within the limit.
+//
+// Ranking a prefix of the claim order gives exactly the ranks a ranking of
+// every candidate would: all candidates of a session that precede a row
+// precede it globally too. So the result is always the first items of the
+// ideal claim, and since the first candidate is always claimable, a claim
+// never comes back empty while something is claimable. It can come back
+// short of ?5 only when a few sessions' backlogs fill the whole front; the
+// next claim continues past them. The cost is bounded by the front and the
+// number of live leases, not by the backlog.
+const sqlClaim = `
+WITH inflight AS (
+    SELECT session_key, count(*) AS n, max(chat_kind) AS chat_kind
+    FROM inbound_items INDEXED BY inbound_items_lease
+    WHERE status = 'leased' AND lease_until > ?1
+    GROUP BY session_key
+),
+full AS (
+    SELECT session_key FROM inflight
+    WHERE n >= CASE chat_kind WHEN 'private' THEN ?3 ELSE ?4 END
+),
+front AS (
+    SELECT id, session_key, chat_kind, priority, event_time
+    FROM inbound_items INDEXED BY inbound_items_order
+    WHERE status IN ('pending', 'leased')
+        AND ((status = 'pending' AND available_at <= ?1) OR (status = 'leased' AND lease_until <= ?1))
+        AND session_key NOT IN (SELECT session_key FROM full)
+    ORDER BY priority DESC, event_time, id
+    LIMIT ?7
+),
+ranked AS (
+    SELECT id, session_key, chat_kind, priority, event_time,
+        row_number() OVER (PARTITION BY session_key ORDER BY priority DESC, event_time, id) AS rn
+    FROM front
+),
+picked AS (
+    SELECT r.id
+    FROM ranked r LEFT JOIN inflight f ON f.session_key = r.session_key
+    WHERE r.rn + coalesce(f.n, 0) <= CASE r.chat_kind WHEN 'private' THEN ?3 ELSE ?4 END
+    ORDER BY r.priority DESC, r.event_time, r.id
+    LIMIT ?5
+)
+UPDATE inbound_items SET
+    status = 'leased', lease_owner = ?6, lease_until = ?2, attempts = attempts + 1,
+    first_claimed_at = coalesce(first_claimed_at, ?1),
+    outcome = NULL, reason = NULL, merged_into = NULL, updated_at = ?1
+WHERE id IN (SELECT id FROM picked)
+RETURNING id, session_key, priority, history_only, available_at, attempts,
+    (SELECT payload FROM message_events m WHERE m.id = inbound_items.id),
+    event_time`
+
+// claimWindow is the number of candidates one claim of n items ranks.
+func claimWindow(n int) int { return max(2*n, 32) }
+
+// claimed is one row returned by sqlClaim, decoded after the commit.
+type claimed struct {
+	id, session string
+	priority    int
+	history     bool
+	avail       int64
+	attempts    int
+	payload     []byte
+	eventTime   int64
+}
+
+// Claim implements inbound.Queue: one UPDATE … RETURNING statement leases up
+// to limits.Max items (pending and available, or with an expired lease) in
+// the order priority DESC, event time, id, skipping sessions at their
+// in-flight limit (limits.PerGroup, default 3; limits.PerPrivate, default 2;
+// the session kind is the stored chat kind). Each lease lasts limits.Lease
+// (default inbound.DefaultLease), counts one attempt and clears the previous
+// attempt's outcome and reason. The leases are returned in claim order with
+// their decoded events. Limits.Max ≤ 0 claims nothing.
+//
+// The statement ranks a window of 2×Max (at least 32) candidates at the
+// front of the claim order, so its cost does not depend on the backlog: it
+// returns nothing only when nothing is claimable, but may return fewer than
+// Max when a few sessions' backlogs fill the window (the next claim skips
+// those sessions once they are at their limit). See sqlClaim.
+//
+// Lease operations (Extend, Complete, Retry, Snooze, Release) succeed only
+// while the row is leased to l.Owner with l.Attempts attempts; every claim
+// increments the attempts, so a holder whose lease expired and was claimed
+// again, even under the same owner name, gets inbound.ErrLeaseLost.
+func (d *DB) Claim(ctx context.Context, limits inbound.Limits) ([]inbound.Lease, error) {
+	if limits.Max <= 0 {
+		return nil, nil
+	}
+	perGroup, perPrivate, lease := limits.PerGroup, limits.PerPrivate, limits.Lease
+	if perGroup <= 0 {
+		perGroup = inbound.DefaultPerGroup
+	}
+	if perPrivate <= 0 {
+		perPrivate = inbound.DefaultPerPrivate
+	}
+	if lease <= 0 {
+		lease = inbound.DefaultLease
+	}
+	now := d.now()
+	until := now + lease.Milliseconds()
+	var rows []claimed
+	err := d.write(ctx, func(tx wtx) error {
+		rows = rows[:0]
+		rs, err := tx.query(sqlClaim, now, until, perPrivate, perGroup, limits.Max, limits.Owner, claimWindow(limits.Max))
+		if err != nil {
+			return err
+		}
+		defer func() { _ = rs.Close() }()
+		for rs.Next() {
+			var c claimed
+			var payload sql.RawBytes
+			if err := rs.Scan(&c.id, &c.session, &c.priority, &c.history, &c.avail, &c.attempts, &payload, &c.eventTime); err != nil {
+				return err
+			}
+			c.payload = append([]byte(nil), payload...)
+			rows = append(rows, c)
+		}
+		return rs.Err()
+	})
+	if err != nil {
+		return nil, fmt.Errorf("store: claim: %w", err)
+	}
+	slices.SortFunc(rows, func(a, b claimed) int {
+		return cmp.Or(cmp.Compare(b.priority, a.priority), cmp.Compare(a.eventTime, b.eventTime), strings.Compare(a.id, b.id))
+	})
+	leases := make([]inbound.Lease, len(rows))
+	for i, c := range rows {
+		l := inbound.Lease{
+			Item: inbound.Item{ID: c.id, SessionKey: c.session, Priority: c.priority, HistoryOnly: c.history,
+				AvailableAt: fromMs(c.avail)},
+			Owner: limits.Owner, Until: fromMs(until), Attempts: c.attempts,
+		}
+		if len(c.payload) > 0 {
+			if err := json.Unmarshal(c.payload, &l.Event); err != nil {
+				// The lease is held; report it with what is known rather than
+				// stranding it until expiry.
+				d.log.Error("store: undecodable event payload", "id", c.id, "err", err)
+			}
+		}
+		leases[i] = l
+	}
+	return leases, nil
+}
+
+// leaseOp runs a conditional update on the item of lease l: it changes the
+// row only while it is leased by l.Owner with l.Attempts attempts, and
+// returns inbound.ErrLeaseLost otherwise. The attempts count acts as a
+// fencing token: every claim increments it, so a holder whose lease expired
+// and was claimed again (even under the same owner name) no longer matches.
+func (d *DB) leaseOp(ctx context.Context, op string, l *inbound.Lease, q string, args ...any) error {
+	all := append([]any{l.ID, l.Owner, l.Attempts}, args...)
+	err := d.write(ctx, func(tx wtx) error {
+		res, err := tx.exec(q, all...)
+		if err != nil {
+			return err
+		}
+		if affected(res) == 0 {
+			return clean(inbound.ErrLeaseLost)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("store: %s %s: %w", op, l.ID, err)
+	}
+	return nil
+}
+
+// leaseHeld is the condition every lease operation shares; ?1 id, ?2 owner,
+// ?3 attempts.
+const leaseHeld = ` WHERE id = ?1 AND status = 'leased' AND lease_owner = ?2 AND attempts = ?3`
+
+const sqlExtend = `UPDATE inbound_items SET lease_until = ?4, updated_at = ?5` + leaseHeld
+
+// Extend implements inbound.Queue: it moves the lease's expiry to now + dur
+// (dur ≤ 0 means inbound.DefaultLease) and updates l.Until. It fails with
+// inbound.ErrLeaseLost, changing nothing, unless l is the current lease.
+func (d *DB) Extend(ctx context.Context, l *inbound.Lease, dur time.Duration) error {
+	if l == nil {
+		return fmt.Errorf("%w: nil lease", ErrInvalid)
+	}
+	if dur <= 0 {
+		dur = inbound.DefaultLease
+	}
+	now := d.now()
+	until := now + dur.Milliseconds()
+	if err := d.leaseOp(ctx, "extend", l, sqlExtend, until, now); err != nil {
+		return err
+	}
+	l.Until = fromMs(until)
+	return nil
+}
+
+// stageRank orders delivery stages; a stage is only replaced by one of a
+// higher rank (failed outranks send_attempted but not acknowledged).
+const stageRank = `CASE %s WHEN 'generated' THEN 1 WHEN 'send_attempted' THEN 2 WHEN 'failed' THEN 3
+    WHEN 'acknowledged' THEN 4 WHEN 'echo_persisted' THEN 5 ELSE 0 END`
+
+var sqlComplete = `UPDATE inbound_items SET
+    status = 'done', lease_until = NULL, outcome = ?4, reason = ?5,
+    delivery_stage = CASE WHEN ` + fmt.Sprintf(stageRank, "?6") + ` >= ` + fmt.Sprintf(stageRank, "delivery_stage") + `
+        THEN ?6 ELSE delivery_stage END,
+    outbound_ids = coalesce(?7, outbound_ids), merged_into = ?8,
+    gates_done_at = coalesce(?9, gates_done_at), generation_start_at = coalesce(?10, generation_start_at),
+    generation_end_at = coalesce(?11, generation_end_at), first_send_at = coalesce(?12, first_send_at),
+    first_ack_at = coalesce(?13, first_ack_at), tokens = coalesce(?14, tokens), kind = ?15,
+    completed_at = ?16, updated_at = ?16` + leaseHeld
+
+// Complete implements inbound.Queue: the item becomes done with the
+// outcome's code, reason, delivery stage (never moved backwards), outbound
+// ids, merge target, timings, tokens and kind; completed_at is now. o.Code
+// must be a valid outcome code (ErrInvalid otherwise). Only the current
+// lease holder may complete (inbound.ErrLeaseLost).
+func (d *DB) Complete(ctx context.Context, l inbound.Lease, o inbound.Outcome) error {
+	or, err := encodeOutcome(&o)
+	if err != nil {
+		return fmt.Errorf("store: complete %s: %w", l.ID, err)
+	}
+	return d.leaseOp(ctx, "complete", &l, sqlComplete, or.code, or.reason, or.stage, or.outbound, or.merged,
+		or.gates, or.genStart, or.genEnd, or.firstSend, or.firstAck, or.tokens, or.kind, d.now())
+}
+
+const sqlRetry = `UPDATE inbound_items SET status = 'pending', lease_owner = NULL, lease_until = NULL,
+    available_at = ?4, attempts = max(attempts - ?5, 0), last_error = ?6, updated_at = ?7` + leaseHeld
+
+// Retry implements inbound.Queue: the item returns to pending, claimable
+// from at (zero = now), its attempt stays counted and cause's text is kept
+// as last_error.
+func (d *DB) Retry(ctx context.Context, l inbound.Lease, at time.Time, cause error) error {
+	now := d.now()
+	var msg any
+	if cause != nil {
+		msg = cause.Error()
+	}
+	return d.leaseOp(ctx, "retry", &l, sqlRetry, availAt(at, now), 0, msg, now)
+}
+
+// Snooze implements inbound.Queue: like Retry, but the attempt is given back
+// (attempts − 1); reason is kept as last_error.
+func (d *DB) Snooze(ctx context.Context, l inbound.Lease, at time.Time, reason string) error {
+	now := d.now()
+	return d.leaseOp(ctx, "snooze", &l, sqlRetry, availAt(at, now), 1, nullStr(reason), now)
+}
+
+const sqlRelease = `UPDATE inbound_items SET status = 'pending', lease_owner = NULL, lease_until = NULL,
+    available_at = ?4, attempts = max(attempts - 1, 0), updated_at = ?4` + leaseHeld
+
+// Release implements inbound.Queue: the item is pending and claimable at
+// once, and the attempt is given back.
+func (d *DB) Release(ctx context.Context, l inbound.Lease) error {
+	return d.leaseOp(ctx, "release", &l, sqlRelease, d.now())
+}
+
+func availAt(at time.Time, now int64) int64 {
+	if at.IsZero() {
+		return now
+	}
+	return ms(at)
+}
+
+const sqlReleaseExpired = `UPDATE inbound_items SET status = 'pending', lease_owner = NULL, lease_until = NULL,
+    updated_at = ?1
+WHERE status = 'leased' AND lease_until <= ?1`
+
+// ReleaseExpired implements inbound.Queue: every item whose lease has
+// expired becomes pending again (its attempts stay counted).
+func (d *DB) ReleaseExpired(ctx context.Context) (int, error) {
+	now := d.now()
+	var n int64
+	err := d.write(ctx, func(tx wtx) error {
+		res, err := tx.exec(sqlReleaseExpired, now)
+		if err != nil {
+			return err
+		}
+		n = affected(res)
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("store: release expired: %w", err)
+	}
+	return int(n), nil
+}
+
+const sqlNextAvailable = `SELECT min(t) FROM (
+    SELECT min(available_at) AS t FROM inbound_items WHERE status = 'pending'
+    UNION ALL
+    SELECT min(lease_until) FROM inbound_items WHERE status = 'leased'
+)`
+
+// NextAvailable implements inbound.Queue: the earliest available_at of a
+// pending item or lease expiry of a leased one (an expired lease is
+// claimable too). The time may be in the past. ok is false when no item is
+// pending or leased.
+func (d *DB) NextAvailable(ctx context.Context) (time.Time, bool, error) {
+	var t sql.NullInt64
+	if err := d.rdb.QueryRowContext(ctx, sqlNextAvailable).Scan(&t); err != nil {
+		return time.Time{}, false, fmt.Errorf("store: next available: %w", err)
+	}
+	if !t.Valid {
+		return time.Time{}, false, nil
+	}
+	return fromMs(t.Int64), true, nil
+}
+
+const sqlRecordCols = `SELECT i.id, i.session_key, i.sender_id, i.message_id, coalesce(m.text, ''), i.source,
+    i.priority, i.status, i.attempts, i.history_only, i.event_time, i.available_at, i.enqueued_at,
+    i.first_claimed_at, i.completed_at, coalesce(i.last_error, ''), coalesce(i.outcome, ''),
+    coalesce(i.reason, ''), coalesce(i.delivery_stage, ''), i.outbound_ids, coalesce(i.merged_into, ''),
+    i.gates_done_at, i.generation_start_at, i.generation_end_at, i.first_send_at, i.first_ack_at,
+    i.tokens, coalesce(i.kind, '')
+FROM inbound_items i LEFT JOIN message_events m ON m.id = i.id`
+
+// scanRecord reads one row selected with sqlRecordCols.
+func scanRecord(sc interface{ Scan(...any) error }) (inbound.Record, error) {
+	var (
+		r                                         inbound.Record
+		source, status, code, stage               string
+		eventTime, avail, enqueued                int64
+		firstClaim, completed                     sql.NullInt64
+		gates, genStart, genEnd, firstSend, ackAt sql.NullInt64
+		outboundIDs, tokens                       sql.NullString
+	)
+	err := sc.Scan(&r.ID, &r.SessionKey, &r.SenderID, &r.MessageID, &r.Text, &source, &r.Priority, &status,
+		&r.Attempts, &r.HistoryOnly, &eventTime, &avail, &enqueued, &firstClaim, &completed, &r.LastError,
+		&code, &r.Outcome.Reason, &stage, &outboundIDs, &r.Outcome.MergedInto,
+		&gates, &genStart, &genEnd, &firstSend, &ackAt, &tokens, &r.Outcome.Kind)
+	if err != nil {
+		return inbound.Record{}, err
+	}
+	r.Source = channel.Source(source)
+	r.Status = inbound.Status(status)
+	r.Outcome.Code = outcome.Code(code)
+	r.Outcome.Stage = inbound.DeliveryStage(stage)
+	r.EventTime, r.AvailableAt, r.EnqueuedAt = fromMs(eventTime), fromMs(avail), fromMs(enqueued)
+	r.FirstClaim, r.CompletedAt = fromNullMs(firstClaim), fromNullMs(completed)
+	r.Outcome.Timings = inbound.Timings{
+		GatesDone: fromNullMs(gates), GenerationStart: fromNullMs(genStart), GenerationEnd: fromNullMs(genEnd),
+		FirstSend: fromNullMs(firstSend), FirstAck: fromNullMs(ackAt),
+	}
+	if outboundIDs.Valid {
+		if err := json.Unmarshal([]byte(outboundIDs.String), &r.Outcome.OutboundIDs); err != nil {
+			return inbound.Record{}, fmt.Errorf("decode outbound ids of %s: %w", r.ID, err)
+		}
+	}
+	if tokens.Valid {
+		if err := json.Unmarshal([]byte(tokens.String), &r.Outcome.Tokens); err != nil {
+			return inbound.Record{}, fmt.Errorf("decode tokens of %s: %w", r.ID, err)
+		}
+	}
+	return r, nil
+}
+
+// Lookup implements inbound.Queue: the record of one item, or
+// inbound.ErrNotFound.
+func (d *DB) Lookup(ctx context.Context, id string) (inbound.Record, error) {
+	r, err := scanRecord(d.rdb.QueryRowContext(ctx, sqlRecordCols+` WHERE i.id = ?`, id))
+	if errors.Is(err, sql.ErrNoRows) {
+		return inbound.Record{}, fmt.Errorf("store: lookup %s: %w", id, inbound.ErrNotFound)
+	}
+	if err != nil {
+		return inbound.Record{}, fmt.Errorf("store: lookup %s: %w", id, err)
+	}
+	return r, nil
+}
+
+// RecordQuery selects records for Records. Zero fields do not filter.
+type RecordQuery struct {
+	// SessionKey restricts the result to one session.
+	SessionKey string
+	// Status restricts the result to one queue state.
+	Status inbound.Status
+	// Limit caps the number of records (≤ 0 = no cap).
+	Limit int
+}
+
+// Records returns the records matching q ordered by event time, then id
+// (the event center's listing).
+func (d *DB) Records(ctx context.Context, q RecordQuery) ([]inbound.Record, error) {
+	var (
+		where []string
+		args  []any
+	)
+	if q.SessionKey != "" {
+		where = append(where, "i.session_key = ?")
+		args = append(args, q.SessionKey)
+	}
+	if q.Status != "" {
+		where = append(where, "i.status = ?")
+		args = append(args, string(q.Status))
+	}
+	stmt := sqlRecordCols
+	if len(where) > 0 {
+		stmt += " WHERE " + strings.Join(where, " AND ")
+	}
+	stmt += " ORDER BY i.event_time, i.id"
+	if q.Limit > 0 {
+		stmt += " LIMIT ?"
+		args = append(args, q.Limit)
+	}
+	rows, err := d.rdb.QueryContext(ctx, stmt, args...)
+	if err != nil {
+		return nil, fmt.Errorf("store: records: %w", err)
+	}
+	defer func() { _ = rows.Close() }()
+	var out []inbound.Record
+	for rows.Next() {
+		r, err := scanRecord(rows)
+		if err != nil {
+			return nil, fmt.Errorf("store: records: %w", err)
+		}
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("store: records: %w", err)
+	}
+	return out, nil
+}
+
+// NewestEventTime returns the newest event time in the transcript (every
+// direction), ok=false when it is empty. The coordinator uses it as the
+// initial disconnect time when no checkpoint was saved. It scans the
+// transcript, so call it at start-up rather than per message.
+func (d *DB) NewestEventTime(ctx context.Context) (time.Time, bool, error) {
+	var t sql.NullInt64
+	if err := d.rdb.QueryRowContext(ctx, `SELECT max(event_time) FROM message_events`).Scan(&t); err != nil {
+		return time.Time{}, false, fmt.Errorf("store: newest event time: %w", err)
+	}
+	if !t.Valid {
+		return time.Time{}, false, nil
+	}
+	return fromMs(t.Int64), true, nil
+}
+
+// CountOutcomes returns how many done items ended with each outcome code.
+func (d *DB) CountOutcomes(ctx context.Context) (map[outcome.Code]int, error) {
+	rows, err := d.rdb.QueryContext(ctx,
+		`SELECT coalesce(outcome, ''), count(*) FROM inbound_items WHERE status = 'done' GROUP BY outcome`)
+	if err != nil {
+		return nil, fmt.Errorf("store: count outcomes: %w", err)
+	}
+	defer func() { _ = rows.Close() }()
+	out := map[outcome.Code]int{}
+	for rows.Next() {
+		var code string
+		var n int
+		if err := rows.Scan(&code, &n); err != nil {
+			return nil, fmt.Errorf("store: count outcomes: %w", err)
+		}
+		out[outcome.Code(code)] = n
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("store: count outcomes: %w", err)
+	}
+	return out, nil
+}

@@ -1,0 +1,279 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	_ "github.com/mattn/go-sqlite3" // registers the "sqlite3" driver
+
+	"github.com/personakit/persona/clock"
+	"github.com/personakit/persona/gate"
+	"github.com/personakit/persona/inbound"
+	"github.com/personakit/persona/memory"
+	"github.com/personakit/persona/outbound"
+)
+
+// The ports *DB implements.
+var (
+	_ inbound.Queue       = (*DB)(nil)
+	_ inbound.Checkpoints = (*DB)(nil)
+	_ memory.History      = (*DB)(nil)
+	_ outbound.Ledger     = (*DB)(nil)
+	_ gate.Flags          = (*DB)(nil)
+)
+
+// Errors returned by the store. Test for them with errors.Is.
+var (
+	// ErrClosed is returned by every method called after Close.
+	ErrClosed = errors.New("store: closed")
+	// ErrInvalid is wrapped by the errors for malformed input (an item
+	// without a session key, an outcome without a code, ...). Nothing is
+	// written.
+	ErrInvalid = errors.New("store: invalid input")
+	// ErrSchemaTooNew is returned by Open when the database was migrated by
+	// a newer version of this package than the running one.
+	ErrSchemaTooNew = errors.New("store: database schema is newer than this build")
+	// ErrFingerprintMismatch is returned by MarkIntent when the slot already
+	// exists with a different fingerprint: the turn is about to send
+	// something else than what the ledger recorded for that chunk.
+	ErrFingerprintMismatch = errors.New("store: ledger slot fingerprint mismatch")
+)
+
+// SyncMode is the SQLite synchronous setting of the writer connection.
+type SyncMode int
+
+// The synchronous modes. See the package documentation for the trade-off.
+const (
+	// SyncNormal (the default) fsyncs the WAL only at checkpoints: a power
+	// loss may lose the last committed transactions but never corrupts the
+	// database. A process crash loses nothing.
+	SyncNormal SyncMode = iota
+	// SyncFull fsyncs the WAL on every commit: nothing committed is ever
+	// lost, at the cost of one fsync per (group) commit.
+	SyncFull
+)
+
+// String returns the SQLite pragma value of the mode.
+func (m SyncMode) String() string {
+	if m == SyncFull {
+		return "FULL"
+	}
+	return "NORMAL"
+}
+
+// Defaults of Options.
+const (
+	// DefaultBusyTimeout is how long a connection waits for a lock held by
+	// another connection or process before failing with SQLITE_BUSY.
+	DefaultBusyTimeout = 5 * time.Second
+	// DefaultReadConns is the size of the read connection pool.
+	DefaultReadConns = 4
+)
+
+// Options configure Open. The zero value is valid and means the defaults.
+type Options struct {
+	// Clock is the source of "now" for leases, availability and the
+	// created/updated columns (nil = clock.Real).
+	Clock clock.Clock
+	// Logger receives migration and writer diagnostics (nil = discard).
+	Logger *slog.Logger
+	// Synchronous is the durability level of commits (zero = SyncNormal).
+	Synchronous SyncMode
+	// BusyTimeout bounds the wait for a lock (0 = DefaultBusyTimeout).
+	BusyTimeout time.Duration
+	// ReadConns is the number of read connections (0 = DefaultReadConns).
+	ReadConns int
+
+	// directWrites disables group commit: every write runs in its own
+	// transaction on the caller's goroutine. Only the benchmarks set it, to
+	// compare both designs.
+	directWrites bool
+}
+
+// DB is a persona store on one SQLite file. It implements inbound.Queue,
+// inbound.Checkpoints, memory.History, outbound.Ledger and gate.Flags.
+// A DB is safe for concurrent use; create it with Open and release it with
+// Close.
+type DB struct {
+	path string
+	clk  clock.Clock
+	log  *slog.Logger
+	wdb  *sql.DB // the single writer connection
+	rdb  *sql.DB // the read pool
+	cdb  *sql.DB // the checkpoint connection
+	w    *writer
+}
+
+// Open opens (creating if needed) the SQLite database file at path, applies
+// the embedded migrations and starts the writer. path must name a file; an
+// in-memory database is refused because the read pool and the writer would
+// each see a different one.
+func Open(path string, opts Options) (*DB, error) {
+	if path == "" || path == ":memory:" || strings.HasPrefix(path, "file:") {
+		return nil, fmt.Errorf("%w: store.Open needs a file path, got %q", ErrInvalid, path)
+	}
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return nil, fmt.Errorf("store: open %s: %w", path, err)
+	}
+	if opts.BusyTimeout <= 0 {
+		opts.BusyTimeout = DefaultBusyTimeout
+	}
+	if opts.ReadConns <= 0 {
+		opts.ReadConns = DefaultReadConns
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	d := &DB{path: abs, clk: clock.OrReal(opts.Clock), log: log}
+
+	busy := strconv.FormatInt(opts.BusyTimeout.Milliseconds(), 10)
+	wq := url.Values{}
+	wq.Set("_journal_mode", "WAL")
+	wq.Set("_synchronous", opts.Synchronous.String())
+	wq.Set("_busy_timeout", busy)
+	wq.Set("_txlock", "immediate")
+	wq.Set("_foreign_keys", "1")
+	wq.Set("_cache_size", "-16384") // KiB
+	d.wdb, err = sql.Open("sqlite3", dsn(abs, wq))
+	if err != nil {
+		return nil, fmt.Errorf("store: open %s: %w", path, err)
+	}
+	d.wdb.SetMaxOpenConns(1)
+	d.wdb.SetMaxIdleConns(1)
+	d.wdb.SetConnMaxLifetime(0)
+	d.wdb.SetConnMaxIdleTime(0)
+
+	ctx := context.Background()
+	conn, err := d.wdb.Conn(ctx)
+	if err != nil {
+		_ = d.wdb.Close()
+		return nil, fmt.Errorf("store: open %s: %w", path, err)
+	}
+	fail := func(err error) (*DB, error) {
+		_ = conn.Close()
+		_ = d.wdb.Close()
+		if d.rdb != nil {
+			_ = d.rdb.Close()
+		}
+		if d.cdb != nil {
+			_ = d.cdb.Close()
+		}
+		return nil, err
+	}
+	var mode string
+	if err := conn.QueryRowContext(ctx, "PRAGMA journal_mode").Scan(&mode); err != nil {
+		return fail(fmt.Errorf("store: open %s: %w", path, err))
+	}
+	if mode != "wal" {
+		return fail(fmt.Errorf("store: open %s: journal mode is %q, want wal", path, mode))
+	}
+	// Checkpoints run on their own connection (see checkpointer); savepoint
+	// journals and claim sorts stay in memory.
+	if _, err := conn.ExecContext(ctx, `PRAGMA wal_autocheckpoint = 0;
+PRAGMA journal_size_limit = `+strconv.Itoa(walSoftLimit)+`;
+PRAGMA temp_store = MEMORY`); err != nil {
+		return fail(fmt.Errorf("store: open %s: %w", path, err))
+	}
+	var pageSize int64
+	if err := conn.QueryRowContext(ctx, "PRAGMA page_size").Scan(&pageSize); err != nil {
+		return fail(fmt.Errorf("store: open %s: %w", path, err))
+	}
+	if err := migrate(ctx, conn, log); err != nil {
+		return fail(fmt.Errorf("store: open %s: %w", path, err))
+	}
+
+	rq := url.Values{}
+	rq.Set("_busy_timeout", busy)
+	rq.Set("_foreign_keys", "1")
+	rq.Set("_query_only", "1")
+	rq.Set("_txlock", "deferred")
+	d.rdb, err = sql.Open("sqlite3", dsn(abs, rq))
+	if err != nil {
+		return fail(fmt.Errorf("store: open %s: %w", path, err))
+	}
+	d.rdb.SetMaxOpenConns(opts.ReadConns)
+	d.rdb.SetMaxIdleConns(opts.ReadConns)
+	if err := d.rdb.PingContext(ctx); err != nil {
+		return fail(fmt.Errorf("store: open %s: %w", path, err))
+	}
+
+	cq := url.Values{}
+	cq.Set("_busy_timeout", busy)
+	d.cdb, err = sql.Open("sqlite3", dsn(abs, cq))
+	if err != nil {
+		return fail(fmt.Errorf("store: open %s: %w", path, err))
+	}
+	d.cdb.SetMaxOpenConns(1)
+	d.cdb.SetMaxIdleConns(1)
+	d.cdb.SetConnMaxIdleTime(0)
+	if err := d.cdb.PingContext(ctx); err != nil {
+		return fail(fmt.Errorf("store: open %s: %w", path, err))
+	}
+
+	d.w = newWriter(conn, log, opts.directWrites, newCheckpointer(d.cdb, log, pageSize))
+	return d, nil
+}
+
+// dsn builds a go-sqlite3 URI for the absolute file path with the given
+// connection parameters.
+func dsn(abs string, q url.Values) string {
+	u := url.URL{Scheme: "file", Path: filepath.ToSlash(abs), RawQuery: q.Encode()}
+	return u.String()
+}
+
+// Path returns the absolute path of the database file.
+func (d *DB) Path() string { return d.path }
+
+// Close stops the writer, waiting for the batch in progress to commit, and
+// closes every connection. Calls after the first return nil; every other
+// method returns ErrClosed afterwards.
+func (d *DB) Close() error {
+	if !d.w.close() {
+		return nil
+	}
+	return errors.Join(d.rdb.Close(), d.cdb.Close(), d.wdb.Close())
+}
+
+// now is the store's clock reading, truncated to the millisecond unit every
+// column uses.
+func (d *DB) now() int64 { return d.clk.Now().UnixMilli() }
+
+// ms converts a time to unix milliseconds.
+func ms(t time.Time) int64 { return t.UnixMilli() }
+
+// nullMs converts a time to unix milliseconds, or NULL for the zero time.
+func nullMs(t time.Time) any {
+	if t.IsZero() {
+		return nil
+	}
+	return t.UnixMilli()
+}
+
+// fromMs converts unix milliseconds to a UTC time.
+func fromMs(v int64) time.Time { return time.UnixMilli(v).UTC() }
+
+// fromNullMs converts a nullable column to a time; NULL is the zero time.
+func fromNullMs(v sql.NullInt64) time.Time {
+	if !v.Valid {
+		return time.Time{}
+	}
+	return fromMs(v.Int64)
+}
+
+// nullStr returns NULL for "" and s otherwise.
+func nullStr(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
+}

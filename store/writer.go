@@ -1,0 +1,356 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+)
+
+// maxBatch bounds how many write operations share one transaction.
+const maxBatch = 256
+
+// writeFunc is one write operation. It runs inside the writer's transaction
+// and must not keep anything (rows, statements) open when it returns. It may
+// run more than once (see writer.run), so it sets its outputs from scratch.
+// An operation that fails without having written anything returns its error
+// wrapped with clean, which spares the rest of its batch a replay.
+type writeFunc func(tx wtx) error
+
+// writeOp is a write operation handed to the writer goroutine.
+type writeOp struct {
+	ctx  context.Context
+	fn   writeFunc
+	done chan error
+}
+
+// writer owns the single write connection. In group-commit mode (the
+// default) one goroutine collects the operations submitted concurrently and
+// runs them in one transaction (see run): each operation stays atomic, one
+// that fails gets its own error and leaves no trace, the others commit
+// together. Callers wait for the commit before they return.
+//
+// In direct mode every operation runs in its own transaction on the caller's
+// goroutine, serialised by a mutex.
+type writer struct {
+	conn   *sql.Conn
+	log    *slog.Logger
+	direct bool
+	ckpt   *checkpointer
+
+	// stmts caches prepared statements on conn by SQL text. Only the
+	// goroutine that owns conn (the loop, or the holder of directMu in
+	// direct mode) touches it.
+	stmts map[string]*sql.Stmt
+
+	ops      chan *writeOp
+	quit     chan struct{}
+	stopped  chan struct{}
+	closeMu  sync.Mutex
+	closed   bool
+	directMu sync.Mutex
+}
+
+func newWriter(conn *sql.Conn, log *slog.Logger, direct bool, ckpt *checkpointer) *writer {
+	w := &writer{
+		conn:    conn,
+		ckpt:    ckpt,
+		log:     log,
+		direct:  direct,
+		stmts:   map[string]*sql.Stmt{},
+		ops:     make(chan *writeOp),
+		quit:    make(chan struct{}),
+		stopped: make(chan struct{}),
+	}
+	if direct {
+		close(w.stopped)
+	} else {
+		go w.loop()
+	}
+	return w
+}
+
+// close stops the writer after the batch in progress and releases the
+// connection. It reports false when the writer was already closed.
+func (w *writer) close() bool {
+	w.closeMu.Lock()
+	if w.closed {
+		w.closeMu.Unlock()
+		return false
+	}
+	w.closed = true
+	close(w.quit)
+	w.closeMu.Unlock()
+	<-w.stopped
+	w.ckpt.stop()
+	w.directMu.Lock()
+	defer w.directMu.Unlock()
+	for _, s := range w.stmts {
+		_ = s.Close()
+	}
+	w.stmts = nil
+	_ = w.conn.Close()
+	return true
+}
+
+// write runs fn atomically and returns once its effects are committed (or
+// failed). A context that ends before fn starts cancels it; once started, fn
+// runs to the end of its transaction regardless of ctx.
+func (d *DB) write(ctx context.Context, fn writeFunc) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	w := d.w
+	if w.direct {
+		w.directMu.Lock()
+		defer w.directMu.Unlock()
+		if w.stmts == nil {
+			return ErrClosed
+		}
+		op := &writeOp{ctx: ctx, fn: fn, done: make(chan error, 1)}
+		w.run([]*writeOp{op})
+		return <-op.done
+	}
+	op := &writeOp{ctx: ctx, fn: fn, done: make(chan error, 1)}
+	select {
+	case w.ops <- op:
+	case <-w.quit:
+		return ErrClosed
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return <-op.done
+}
+
+// loop is the group-commit goroutine.
+func (w *writer) loop() {
+	defer close(w.stopped)
+	batch := make([]*writeOp, 0, maxBatch)
+	for {
+		select {
+		case op := <-w.ops:
+			batch = append(batch[:0], op)
+		case <-w.quit:
+			return
+		}
+	collect:
+		for len(batch) < maxBatch {
+			select {
+			case op := <-w.ops:
+				batch = append(batch, op)
+			default:
+				break collect
+			}
+		}
+		w.run(batch)
+		clear(batch)
+	}
+}
+
+// run executes ops in one transaction and answers each op's done channel.
+//
+// The first attempt runs the ops back to back without savepoints. An op
+// that fails cleanly (see clean) changed nothing, so it just gets its error.
+// An op that fails otherwise may have written part of its work: the
+// transaction is rolled back and the batch is run again without that op,
+// this time with a SAVEPOINT around each op. Ops are therefore written to be
+// re-runnable: they reset their outputs when they start.
+func (w *writer) run(ops []*writeOp) {
+	errs := make([]error, len(ops))
+	skip := make([]bool, len(ops))
+	defer func() {
+		for i, op := range ops {
+			op.done <- errs[i]
+		}
+	}()
+	if w.attempt(ops, errs, skip, false) {
+		w.attempt(ops, errs, skip, true)
+	}
+}
+
+// attempt runs the ops not marked skip in one transaction. Without guard it
+// reports true (replay needed) after rolling back for an op that failed
+// dirty, which it marks skip. With guard each op runs in a savepoint.
+func (w *writer) attempt(ops []*writeOp, errs []error, skip []bool, guard bool) (replay bool) {
+	live := 0
+	for i, op := range ops {
+		if skip[i] {
+			continue
+		}
+		if err := op.ctx.Err(); err != nil {
+			errs[i], skip[i] = err, true
+			continue
+		}
+		errs[i] = nil
+		live++
+	}
+	if live == 0 {
+		return false
+	}
+	tx := wtx{w: w}
+	if w.ckpt.tooBig.Load() {
+		// The WAL outgrew its limit under sustained writes: copy it back and
+		// start it over before it grows further. While the background
+		// checkpointer happens to be running, SQLite reports busy at once;
+		// the next batch tries again.
+		var busy, frames, done int64
+		err := tx.queryRow("PRAGMA wal_checkpoint(TRUNCATE)").Scan(&busy, &frames, &done)
+		switch {
+		case err != nil:
+			w.log.Warn("store: WAL truncation failed", "err", err)
+		case busy == 0:
+			w.ckpt.tooBig.Store(false)
+		}
+	}
+	if _, err := tx.exec("BEGIN IMMEDIATE"); err != nil {
+		for i := range ops {
+			if !skip[i] {
+				errs[i] = fmt.Errorf("store: begin: %w", err)
+			}
+		}
+		return false
+	}
+	var aborted error
+	for i, op := range ops {
+		if skip[i] {
+			continue
+		}
+		if aborted != nil {
+			errs[i] = aborted
+			continue
+		}
+		if guard {
+			if _, err := tx.exec("SAVEPOINT op"); err != nil {
+				aborted = fmt.Errorf("store: savepoint: %w", err)
+				errs[i] = aborted
+				continue
+			}
+		}
+		err := call(op.fn, tx)
+		var c *cleanError
+		if errors.As(err, &c) {
+			err = c.err
+		} else if err != nil {
+			errs[i] = err
+			skip[i] = true
+			if !guard {
+				w.rollback(tx)
+				return live > 1
+			}
+			if _, rerr := tx.exec("ROLLBACK TO op"); rerr != nil {
+				// SQLite rolled the whole transaction back (I/O error, disk
+				// full, ...): everything done so far in this batch is lost.
+				aborted = fmt.Errorf("store: transaction aborted: %w", errors.Join(err, rerr))
+				continue
+			}
+		}
+		errs[i] = err
+		if guard {
+			if _, rerr := tx.exec("RELEASE op"); rerr != nil {
+				aborted = fmt.Errorf("store: release savepoint: %w", rerr)
+			}
+		}
+	}
+	if aborted != nil {
+		w.rollback(tx)
+		for i := range ops {
+			if !skip[i] && errs[i] == nil {
+				errs[i] = aborted
+			}
+		}
+		return false
+	}
+	_, err := tx.exec("COMMIT")
+	w.ckpt.notify()
+	if err != nil {
+		w.rollback(tx)
+		cerr := fmt.Errorf("store: commit: %w", err)
+		w.log.Error("store: commit failed", "err", err, "ops", live)
+		for i := range ops {
+			if !skip[i] && errs[i] == nil {
+				errs[i] = cerr
+			}
+		}
+	}
+	return false
+}
+
+// rollback ends the current transaction, if SQLite has not already.
+func (w *writer) rollback(tx wtx) {
+	if _, err := tx.exec("ROLLBACK"); err != nil {
+		w.log.Debug("store: rollback", "err", err)
+	}
+}
+
+// cleanError marks an operation's error as clean: the operation changed
+// nothing before failing, so the rest of its batch can commit as is.
+type cleanError struct{ err error }
+
+func (c *cleanError) Error() string { return c.err.Error() }
+
+// clean wraps err as a failure that wrote nothing.
+func clean(err error) error { return &cleanError{err: err} }
+
+// call runs fn, turning a panic into an error so that one bad operation can
+// never take the writer goroutine down.
+func call(fn writeFunc, tx wtx) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("store: write operation panicked: %v", r)
+		}
+	}()
+	return fn(tx)
+}
+
+// wtx executes statements on the writer connection inside the current
+// transaction. Statements run on a context without cancellation: an
+// interrupted statement would roll back the whole shared transaction.
+type wtx struct{ w *writer }
+
+func (t wtx) stmt(q string) (*sql.Stmt, error) {
+	if s, ok := t.w.stmts[q]; ok {
+		return s, nil
+	}
+	s, err := t.w.conn.PrepareContext(context.Background(), q)
+	if err != nil {
+		return nil, err
+	}
+	t.w.stmts[q] = s
+	return s, nil
+}
+
+func (t wtx) exec(q string, args ...any) (sql.Result, error) {
+	s, err := t.stmt(q)
+	if err != nil {
+		return nil, err
+	}
+	return s.ExecContext(context.Background(), args...)
+}
+
+func (t wtx) query(q string, args ...any) (*sql.Rows, error) {
+	s, err := t.stmt(q)
+	if err != nil {
+		return nil, err
+	}
+	return s.QueryContext(context.Background(), args...)
+}
+
+func (t wtx) queryRow(q string, args ...any) *sql.Row {
+	s, err := t.stmt(q)
+	if err != nil {
+		// Surface the prepare error through Row.Scan.
+		return t.w.conn.QueryRowContext(context.Background(), q, args...)
+	}
+	return s.QueryRowContext(context.Background(), args...)
+}
+
+// affected returns the rows affected by res, treating an error as zero.
+func affected(res sql.Result) int64 {
+	n, err := res.RowsAffected()
+	if err != nil {
+		return 0
+	}
+	return n
+}

@@ -1,0 +1,332 @@
+package persona
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/personakit/persona/agent"
+	"github.com/personakit/persona/channel"
+	"github.com/personakit/persona/clock"
+	"github.com/personakit/persona/gate"
+	"github.com/personakit/persona/inbound"
+	"github.com/personakit/persona/memory"
+	"github.com/personakit/persona/outbound"
+	"github.com/personakit/persona/outcome"
+	"github.com/personakit/persona/route"
+)
+
+// ErrorLine is sent for a direct turn whose generation failed definitively.
+// It has no trailing full stop because the splitter removes one anyway.
+const ErrorLine = "Sorry, something went wrong on my side and I can't answer that right now"
+
+// action is what a turn asks the queue to do with its lease.
+type action struct {
+	kind    actionKind
+	outcome inbound.Outcome
+	at      time.Time
+	err     error
+}
+
+type actionKind int
+
+const (
+	actComplete actionKind = iota
+	actRetry
+	actSnooze
+	actRelease
+)
+
+func complete(code outcome.Code, reason string) action {
+	return action{kind: actComplete, outcome: inbound.Outcome{Code: code, Reason: reason}}
+}
+
+// runTurn processes one lease: it keeps the lease alive, runs the turn and
+// hands the result to the queue on a detached context.
+func (p *Pipeline) runTurn(parent context.Context, l inbound.Lease) {
+	ctx, cancel := context.WithCancelCause(parent)
+	defer cancel(nil)
+	hbDone := make(chan struct{})
+	go func() {
+		defer close(hbDone)
+		p.heartbeat(ctx, &l, cancel)
+	}()
+	act := p.turn(ctx, l)
+	lost := errors.Is(context.Cause(ctx), inbound.ErrLeaseLost)
+	cancel(nil)
+	<-hbDone
+	if lost {
+		p.log.Warn("lease lost; turn abandoned", "id", l.ID)
+		return
+	}
+	if parent.Err() != nil && act.kind != actComplete {
+		act = action{kind: actRelease}
+	}
+	p.finish(parent, l, act)
+}
+
+// heartbeat extends the lease every RenewEvery; a lost lease cancels the
+// turn at once.
+func (p *Pipeline) heartbeat(ctx context.Context, l *inbound.Lease, cancel context.CancelCauseFunc) {
+	for clock.Sleep(p.clk, ctx.Done(), p.opt.RenewEvery) {
+		err := p.opt.Queue.Extend(ctx, l, p.opt.Lease)
+		switch {
+		case errors.Is(err, inbound.ErrLeaseLost):
+			cancel(inbound.ErrLeaseLost)
+			return
+		case err != nil && ctx.Err() == nil:
+			p.log.Warn("lease renewal failed", "id", l.ID, "err", err)
+		}
+	}
+}
+
+// finish applies the turn's action to the queue. Bookkeeping runs detached
+// from cancellation with a short timeout.
+func (p *Pipeline) finish(ctx context.Context, l inbound.Lease, act action) {
+	bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), DefaultBookkeeping)
+	defer cancel()
+	var err error
+	switch act.kind {
+	case actComplete:
+		err = p.opt.Queue.Complete(bctx, l, act.outcome)
+		if err == nil {
+			p.notify(l.ID, act.outcome)
+		}
+	case actRetry:
+		if l.Attempts >= p.opt.MaxAttempts {
+			o := inbound.Outcome{Code: inbound.DroppedRetriesExhausted,
+				Reason: fmt.Sprintf("failed %d attempts; last error: %v", l.Attempts, act.err)}
+			if err = p.opt.Queue.Complete(bctx, l, o); err == nil {
+				p.notify(l.ID, o)
+			}
+			break
+		}
+		at := p.clk.Now().Add(inbound.RetryDelay(l.Attempts, p.opt.RetryBase, p.opt.RetryCap))
+		err = p.opt.Queue.Retry(bctx, l, at, act.err)
+	case actSnooze:
+		err = p.opt.Queue.Snooze(bctx, l, act.at, act.err.Error())
+	case actRelease:
+		err = p.opt.Queue.Release(bctx, l)
+	}
+	if err != nil {
+		p.log.Error("queue bookkeeping failed", "id", l.ID, "err", err)
+	}
+}
+
+// turn runs the stages for one claimed item and returns what to do with it.
+func (p *Pipeline) turn(ctx context.Context, l inbound.Lease) action {
+	ev := l.Event
+	if l.HistoryOnly {
+		return complete(inbound.BackfillHistoryOnly, "backfilled message kept as history only")
+	}
+	if ev.Time.Before(p.replayCutoff()) {
+		return complete(inbound.IgnoredStale, "older than the replay cutoff")
+	}
+	// A turn that already saved a draft resumes sending it, without
+	// regenerating.
+	if d, ok, err := p.opt.Ledger.LoadDraft(ctx, l.ID); err != nil {
+		return action{kind: actRetry, err: fmt.Errorf("load draft: %w", err)}
+	} else if ok {
+		return p.deliver(ctx, l, outbound.Verdict{Send: true, Code: d.Code, Reason: d.Reason}, inbound.Outcome{})
+	}
+
+	trigger := route.Classify(&ev, p.identity, p.opt.Triggers)
+	t := &gate.Turn{Event: ev, SessionKey: l.SessionKey, Direct: trigger != "", Trigger: trigger,
+		Owner: p.identity.IsOwner(&ev), Now: p.clk.Now()}
+	if v := p.gates.Check(ctx, t); v.Stop {
+		return complete(v.Code, fmt.Sprintf("%s (gate %s)", v.Reason, v.Gate))
+	}
+	rec := inbound.Outcome{Timings: inbound.Timings{GatesDone: p.clk.Now()}}
+	if !t.Direct {
+		if p.opt.Router == nil {
+			return complete(gate.IgnoredProactiveOff, "not addressed to the bot and no router is configured")
+		}
+		recent, err := p.recent(ctx, l)
+		if err != nil {
+			return action{kind: actRetry, err: err}
+		}
+		in := route.Input{Event: ev, SessionKey: l.SessionKey, Owner: t.Owner}
+		for _, e := range recent {
+			in.Recent = append(in.Recent, e.Event)
+		}
+		dec, err := p.opt.Router.Route(ctx, in)
+		if err != nil {
+			return complete(route.IgnoredRouterFailed, "router failed: "+err.Error())
+		}
+		if !dec.Reply {
+			return complete(dec.Code, dec.Reason)
+		}
+	}
+
+	// Generation and sending share the global reply slots.
+	select {
+	case p.replySem <- struct{}{}:
+	case <-ctx.Done():
+		return action{kind: actRelease}
+	}
+	defer func() { <-p.replySem }()
+
+	text, usage, err := p.generate(ctx, l, t, &rec)
+	if err != nil {
+		if ctx.Err() != nil {
+			return action{kind: actRelease}
+		}
+		if agent.Transient(err) {
+			return action{kind: actRetry, err: err}
+		}
+		if !t.Direct {
+			return complete(outcome.IgnoredGenerationFailed, "generation failed: "+err.Error())
+		}
+		return p.deliver(ctx, l, outbound.Verdict{Send: true, Text: ErrorLine, Code: outcome.RepliedError,
+			Reason: "generation failed: " + err.Error()}, rec)
+	}
+	rec.Tokens = append(rec.Tokens, inbound.Tokens{Purpose: agent.PurposeChat, Model: usage.model,
+		Input: usage.InputTokens, CachedInput: usage.CachedInputTokens, Output: usage.OutputTokens})
+	v, err := p.opt.Reviewer.Review(ctx, outbound.Proposal{TurnID: l.ID, SessionKey: l.SessionKey, Event: ev,
+		Text: text, Direct: t.Direct, Owner: t.Owner})
+	if err != nil {
+		return action{kind: actRetry, err: fmt.Errorf("review: %w", err)}
+	}
+	if !v.Send {
+		rec.Code, rec.Reason, rec.Stage = v.Code, v.Reason, inbound.StageGenerated
+		return action{kind: actComplete, outcome: rec}
+	}
+	return p.deliver(ctx, l, v, rec)
+}
+
+type usageInfo struct {
+	agent.Usage
+	model string
+}
+
+func (p *Pipeline) recent(ctx context.Context, l inbound.Lease) ([]memory.Entry, error) {
+	hist, err := p.opt.History.Recent(ctx, l.SessionKey, p.opt.HistoryLimit+1)
+	if err != nil {
+		return nil, fmt.Errorf("read history: %w", err)
+	}
+	out := hist[:0:0]
+	for _, e := range hist {
+		// Only what was said before the current message: messages that
+		// arrived later are not context for this turn.
+		if e.Key != l.ID && e.Direction != memory.Notice && e.RecalledAt.IsZero() && !e.Event.Time.After(l.Event.Time) {
+			out = append(out, e)
+		}
+	}
+	if len(out) > p.opt.HistoryLimit {
+		out = out[len(out)-p.opt.HistoryLimit:]
+	}
+	return out, nil
+}
+
+func (p *Pipeline) generate(ctx context.Context, l inbound.Lease, t *gate.Turn, rec *inbound.Outcome) (string, usageInfo, error) {
+	hist, err := p.recent(ctx, l)
+	if err != nil {
+		return "", usageInfo{}, err
+	}
+	in := agent.PromptInput{Persona: p.opt.Persona, Rules: p.opt.Rules, Now: p.clk.Now(), Zone: p.opt.Zone,
+		Current: agent.Line{Speaker: speaker(&l.Event), Text: l.Event.Text()}}
+	for _, e := range hist {
+		in.History = append(in.History, agent.Line{Speaker: speaker(&e.Event), FromBot: e.Direction == memory.Out, Text: e.Event.Text()})
+	}
+	gctx, cancel := context.WithTimeout(ctx, p.opt.RequestTimeout)
+	defer cancel()
+	rec.Timings.GenerationStart = p.clk.Now()
+	res, err := p.opt.Runner.Run(gctx, agent.RunInput{Model: p.opt.Model,
+		Request: agent.Request{Purpose: agent.PurposeChat, Messages: agent.Prompt(in)}, Owner: t.Owner})
+	rec.Timings.GenerationEnd = p.clk.Now()
+	if err != nil {
+		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+			err = &agent.Error{Kind: agent.KindTimeout, Message: "turn request timeout", Err: err}
+		}
+		return "", usageInfo{}, err
+	}
+	return res.Text, usageInfo{Usage: res.Usage, model: res.Model}, nil
+}
+
+func speaker(ev *channel.Event) string {
+	if ev.Sender.Name != "" {
+		return ev.Sender.Name
+	}
+	return "someone"
+}
+
+// deliver sends a reviewed reply and turns the result into an action.
+func (p *Pipeline) deliver(ctx context.Context, l inbound.Lease, v outbound.Verdict, rec inbound.Outcome) action {
+	ev := l.Event
+	st := p.channelFor(ev.Platform, ev.BotID)
+	if st == nil {
+		return action{kind: actRetry, err: fmt.Errorf("no channel for platform %q bot %q", ev.Platform, ev.BotID)}
+	}
+	if !st.online.Load() {
+		return action{kind: actSnooze, at: p.clk.Now().Add(p.opt.OfflineRetry), err: channel.ErrOffline}
+	}
+	r := outbound.Reply{TurnID: l.ID, SessionKey: l.SessionKey, Channel: st.ch, Chat: ev.Chat,
+		Text: v.Text, Code: v.Code, Reason: v.Reason}
+	if ev.Chat.Kind == channel.Group {
+		r.ReplyTo = ev.MessageID
+	}
+	d, err := p.sender.Send(ctx, r)
+	if err == nil {
+		if d.FirstSend.IsZero() && len(d.MessageIDs) == 0 && d.Chunks == 0 {
+			rec.Code, rec.Reason, rec.Stage = v.Code, v.Reason, inbound.StageGenerated
+			return action{kind: actComplete, outcome: rec}
+		}
+		rec.Code, rec.Reason = d.Code, d.Reason
+		rec.Stage = inbound.StageAcknowledged
+		rec.OutboundIDs = d.MessageIDs
+		rec.Timings.FirstSend, rec.Timings.FirstAck = d.FirstSend, d.FirstAck
+		return action{kind: actComplete, outcome: rec}
+	}
+	if ctx.Err() != nil {
+		return action{kind: actRelease}
+	}
+	var se *outbound.SendError
+	if errors.As(err, &se) {
+		rec.OutboundIDs = se.Delivered
+	}
+	switch c := channel.Classify(err); {
+	case c == channel.ClassOffline:
+		return action{kind: actSnooze, at: p.clk.Now().Add(p.opt.OfflineRetry), err: err}
+	case c == channel.ClassRateLimited:
+		var rl *channel.RateLimitedError
+		wait := p.opt.OfflineRetry
+		if errors.As(err, &rl) && rl.RetryAfter > 0 {
+			wait = rl.RetryAfter
+		}
+		return action{kind: actSnooze, at: p.clk.Now().Add(wait), err: err}
+	case c.Definitive():
+		rec.Code, rec.Reason = outbound.DroppedSendRejected, "platform rejected the reply: "+err.Error()
+		rec.Stage = inbound.StageFailed
+		if len(rec.OutboundIDs) > 0 {
+			rec.Stage = inbound.StageAcknowledged
+		}
+		return action{kind: actComplete, outcome: rec}
+	default:
+		return action{kind: actRetry, err: err}
+	}
+}
+
+// afterSend writes each delivered chunk into history as the bot's message.
+func (p *Pipeline) afterSend(ctx context.Context, r outbound.Reply, n int, c outbound.Chunk, rc channel.Receipt) {
+	sp, err := channel.ParseSessionKey(r.SessionKey)
+	if err != nil {
+		return
+	}
+	id := fmt.Sprintf("%s#%d", r.TurnID, n)
+	if len(rc.MessageIDs) > 0 {
+		id = rc.MessageIDs[0]
+	}
+	at := rc.Time
+	if at.IsZero() {
+		at = p.clk.Now()
+	}
+	ev := channel.Event{Platform: sp.Platform, Profile: sp.Profile, BotID: sp.BotID, Kind: channel.KindSelf,
+		Chat: r.Chat, SessionKey: r.SessionKey, MessageID: id, Time: at,
+		Sender: channel.Sender{ID: sp.BotID, IsBot: true}, Segments: []channel.Segment{channel.Text(c.Text)}}
+	hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), DefaultBookkeeping)
+	defer cancel()
+	if err := p.appendHistory(hctx, ev, memory.Out); err != nil {
+		p.log.Warn("history of sent chunk", "turn", r.TurnID, "err", err)
+	}
+}

@@ -340,15 +340,19 @@ func (p *Pipeline) checkpointLoop(ctx context.Context) {
 
 // dispatch claims work while there are free workers and hands each lease to
 // its own goroutine. It sleeps on the wake signal, a finished turn or the
-// claim poll, never on a busy loop.
+// claim poll, never on a busy loop. While there is a backlog (the last claim
+// filled every free worker) it waits until half the workers are free before
+// claiming again, so one claim statement serves several turns.
 func (p *Pipeline) dispatch(ctx context.Context) {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	done := make(chan struct{}, p.opt.Workers)
 	inflight := 0
+	backlog := false
+	batch := max(1, p.opt.Workers/2)
 	for ctx.Err() == nil {
-		claimed := 0
-		if free := p.opt.Workers - inflight; free > 0 && p.anyOnline() {
+		free := p.opt.Workers - inflight
+		if free > 0 && (!backlog || free >= batch) && p.anyOnline() {
 			leases, err := p.opt.Queue.Claim(ctx, inbound.Limits{
 				Max: free, PerGroup: p.opt.PerGroup, PerPrivate: p.opt.PerPrivate,
 				Lease: p.opt.Lease, Owner: p.owner,
@@ -365,9 +369,9 @@ func (p *Pipeline) dispatch(ctx context.Context) {
 					done <- struct{}{}
 				}()
 			}
-			claimed = len(leases)
-			if claimed == free {
-				// Maybe more work: wait only for a free worker.
+			backlog = err == nil && len(leases) == free
+			if backlog {
+				// Maybe more work: wait only for free workers.
 				select {
 				case <-done:
 					inflight--
@@ -375,6 +379,13 @@ func (p *Pipeline) dispatch(ctx context.Context) {
 				}
 				continue
 			}
+		} else if backlog && inflight > 0 {
+			select {
+			case <-done:
+				inflight--
+			case <-ctx.Done():
+			}
+			continue
 		}
 		t := p.clk.NewTimer(p.opt.ClaimPoll)
 		select {

@@ -124,11 +124,13 @@ func (p *Pipeline) turn(ctx context.Context, l inbound.Lease) action {
 		return complete(inbound.IgnoredStale, "older than the replay cutoff")
 	}
 	// A turn that already saved a draft resumes sending it, without
-	// regenerating.
-	if d, ok, err := p.opt.Ledger.LoadDraft(ctx, l.ID); err != nil {
-		return action{kind: actRetry, err: fmt.Errorf("load draft: %w", err)}
-	} else if ok {
-		return p.deliver(ctx, l, outbound.Verdict{Send: true, Code: d.Code, Reason: d.Reason}, inbound.Outcome{})
+	// regenerating. Only an item claimed before can have one.
+	if l.Claims > 1 {
+		if d, ok, err := p.opt.Ledger.LoadDraft(ctx, l.ID); err != nil {
+			return action{kind: actRetry, err: fmt.Errorf("load draft: %w", err)}
+		} else if ok {
+			return p.deliver(ctx, l, outbound.Verdict{Send: true, Code: d.Code, Reason: d.Reason}, inbound.Outcome{})
+		}
 	}
 
 	trigger := route.Classify(&ev, p.identity, p.opt.Triggers)
@@ -262,7 +264,7 @@ func (p *Pipeline) deliver(ctx context.Context, l inbound.Lease, v outbound.Verd
 		return action{kind: actSnooze, at: p.clk.Now().Add(p.opt.OfflineRetry), err: channel.ErrOffline}
 	}
 	r := outbound.Reply{TurnID: l.ID, SessionKey: l.SessionKey, Channel: st.ch, Chat: ev.Chat,
-		Text: v.Text, Code: v.Code, Reason: v.Reason}
+		Text: v.Text, Code: v.Code, Reason: v.Reason, FirstAttempt: l.Claims == 1}
 	if ev.Chat.Kind == channel.Group {
 		r.ReplyTo = ev.MessageID
 	}

@@ -69,8 +69,14 @@ type Lease struct {
 	Owner string
 	// Until is the lease expiry.
 	Until time.Time
-	// Attempts counts claims of this item, this one included.
+	// Attempts counts the charged attempts of this item, this one included
+	// (Snooze and Release give an attempt back).
 	Attempts int
+	// Claims counts every claim of this item, this one included, charged
+	// or not; it never decreases. Claims > 1 means an earlier attempt may
+	// have left work behind (a draft, delivered chunks). It is also the
+	// lease's fencing token.
+	Claims int
 }
 
 // Limits bound one Claim call.

@@ -34,6 +34,10 @@ type Reply struct {
 	// Code and Reason are stored with the draft and returned in Delivery.
 	Code   outcome.Code
 	Reason string
+	// FirstAttempt says no earlier attempt of this turn can have written a
+	// draft or ledger rows (the queue item's first claim), so the sender
+	// skips reading them.
+	FirstAttempt bool
 }
 
 // Delivery is the result of a completed send.
@@ -202,9 +206,11 @@ func (s *ChunkSender) Send(ctx context.Context, r Reply) (Delivery, error) {
 		return Delivery{}, fmt.Errorf("outbound: save draft: %w", err)
 	}
 	draft = stored
-	slots, err := s.cfg.Ledger.Slots(ctx, r.TurnID)
-	if err != nil {
-		return Delivery{}, fmt.Errorf("outbound: read ledger: %w", err)
+	var slots []Slot
+	if !r.FirstAttempt {
+		if slots, err = s.cfg.Ledger.Slots(ctx, r.TurnID); err != nil {
+			return Delivery{}, fmt.Errorf("outbound: read ledger: %w", err)
+		}
 	}
 	bySlot := make(map[int]Slot, len(slots))
 	for _, sl := range slots {

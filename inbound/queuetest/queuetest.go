@@ -73,6 +73,7 @@ func Run(t *testing.T, newQueue func(t *testing.T, clk *clock.Fake) inbound.Queu
 		{"AvailableAtInFuture", testAvailableAt},
 		{"LeaseExpiryMakesItemClaimable", testLeaseExpiry},
 		{"StaleHolderLosesLease", testStaleHolder},
+		{"ClaimsCountEveryClaim", testClaimsCount},
 		{"LeaseOpsAfterComplete", testAfterComplete},
 		{"Complete", testComplete},
 		{"Retry", testRetry},
@@ -545,6 +546,26 @@ func testLeaseExpiry(t *testing.T, h *harness) {
 	r := h.lookup(t, key(m))
 	require.Equal(t, 2, r.Attempts)
 	sameTime(t, Start, r.FirstClaim, "first claim kept")
+}
+
+// testClaimsCount: Claims counts every claim (Snooze gives the attempt back,
+// not the claim), and a copy of a lease from before a snooze is stale even
+// under the same owner and attempt count.
+func testClaimsCount(t *testing.T, h *harness) {
+	ctx := t.Context()
+	m := msg{chat: private("u1"), id: "1"}
+	h.enqueue(t, m)
+	first := h.claim(t, "same-owner", 1)
+	require.Len(t, first, 1)
+	require.Equal(t, 1, first[0].Claims)
+	require.Equal(t, 1, first[0].Attempts)
+	require.NoError(t, h.q.Snooze(ctx, first[0], h.clk.Now(), "offline"))
+	again := h.claim(t, "same-owner", 1)
+	require.Len(t, again, 1)
+	require.Equal(t, 2, again[0].Claims, "every claim counts")
+	require.Equal(t, 1, again[0].Attempts, "the snoozed attempt was given back")
+	require.ErrorIs(t, h.q.Complete(ctx, first[0], inbound.Outcome{Code: "replied"}), inbound.ErrLeaseLost)
+	require.NoError(t, h.q.Complete(ctx, again[0], inbound.Outcome{Code: "replied"}))
 }
 
 func testStaleHolder(t *testing.T, h *harness) {

@@ -37,6 +37,7 @@ CREATE TABLE inbound_items (
     priority            INTEGER NOT NULL DEFAULT 0,
     status              TEXT    NOT NULL CHECK (status IN ('pending', 'leased', 'done')),
     attempts            INTEGER NOT NULL DEFAULT 0,
+    claims              INTEGER NOT NULL DEFAULT 0, -- every claim, charged or not: the lease fencing token
     available_at        INTEGER NOT NULL,
     lease_owner         TEXT,
     lease_until         INTEGER,

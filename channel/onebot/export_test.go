@@ -1,0 +1,4 @@
+package onebot
+
+// BackoffDelay exposes the backoff schedule to the external tests.
+var BackoffDelay = backoffDelay

@@ -1,0 +1,115 @@
+package onebot_test
+
+import (
+	"testing"
+
+	"github.com/personakit/persona/channel/onebot"
+)
+
+var fuzzSeeds = []string{
+	"",
+	"hello",
+	"[CQ:face,id=178]看看我刚拍的照片[CQ:image,file=123.jpg]",
+	"&#91;第一部分&#93;[CQ:image,file=123.jpg]图片之后的部分，表情：[CQ:face,id=123]",
+	"[CQ:share,title=震惊&#44;小伙睡觉前居然...,url=http://baidu.com/?a=1&amp;b=2]",
+	"[CQ:node,user_id=10001000,nickname=某人,content=&#91;CQ:face&#44;id=123&#93;哈喽～]",
+	"[CQ:share,title=标题中有=等号,url=http://baidu.com]",
+	"- &#91;x&#93; 使用 `&amp;data` 获取地址",
+	"[CQ:[CQ:face]", "[CQ:", "[[CQ:at,qq=1]]", "&amp;#91;", "[CQ:text,text=a]b", "\xff[CQ:x,\xfe=1]",
+}
+
+// FuzzParseCQ: ParseCQ never panics, always returns a valid segment list,
+// and parse ∘ render is the identity on it.
+func FuzzParseCQ(f *testing.F) {
+	for _, s := range fuzzSeeds {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		m := onebot.ParseCQ(s)
+		if ok, why := onebot.ValidSegments(m); !ok {
+			t.Fatalf("ParseCQ(%q) = %+v is not valid: %s", s, m, why)
+		}
+		r := onebot.RenderCQ(m)
+		if back := onebot.ParseCQ(r); !onebot.EqualMessages(m, back) {
+			t.Fatalf("ParseCQ(RenderCQ(%+v)) = %+v (via %q, from %q)", m, back, r, s)
+		}
+	})
+}
+
+// FuzzCQRoundTrip builds a valid segment list from the fuzz input and
+// checks that ParseCQ(RenderCQ(m)) == m.
+func FuzzCQRoundTrip(f *testing.F) {
+	f.Add([]byte{3, 0, 5, 'a', '[', ']', ',', '&', 1, 2, 3, 4, '=', ',', 0xe4, 0xbd, 0xa0})
+	f.Add([]byte("\x05\x01\x02\x03hello[CQ:face,id=1]&#44;&amp;"))
+	f.Add([]byte{})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		m := genMessage(data)
+		if ok, why := onebot.ValidSegments(m); !ok {
+			t.Fatalf("generator made an invalid list %+v: %s", m, why)
+		}
+		r := onebot.RenderCQ(m)
+		if back := onebot.ParseCQ(r); !onebot.EqualMessages(m, back) {
+			t.Fatalf("ParseCQ(RenderCQ(%+v)) = %+v (via %q)", m, back, r)
+		}
+	})
+}
+
+// genMessage deterministically turns bytes into a valid segment list whose
+// texts and values are full of the characters that need escaping.
+func genMessage(data []byte) onebot.Message {
+	g := &gen{b: data}
+	types := []string{"face", "image", "at", "reply", "share", "node", "x.y-z_1", "record"}
+	keys := []string{"id", "file", "qq", "url", "title", "content", "k_1", "type"}
+	var m onebot.Message
+	for n := g.next() % 8; n > 0 && !g.done(); n-- {
+		if g.next()%3 == 0 {
+			s := g.str()
+			if s == "" {
+				continue
+			}
+			if k := len(m); k > 0 && m[k-1].Type == "text" {
+				m[k-1].Data["text"] += s
+			} else {
+				m = append(m, onebot.TextSegment(s))
+			}
+			continue
+		}
+		s := onebot.Segment{Type: types[int(g.next())%len(types)], Data: map[string]string{}}
+		for k := g.next() % 4; k > 0; k-- {
+			s.Data[keys[int(g.next())%len(keys)]] = g.str()
+		}
+		m = append(m, s)
+	}
+	return m
+}
+
+type gen struct {
+	b []byte
+	i int
+}
+
+func (g *gen) done() bool { return g.i >= len(g.b) }
+
+func (g *gen) next() byte {
+	if g.done() {
+		return 0
+	}
+	g.i++
+	return g.b[g.i-1]
+}
+
+// str reads a short string: bytes below 16 pick a tricky token, others
+// are taken as they are (so invalid UTF-8 appears too).
+func (g *gen) str() string {
+	tokens := []string{"[", "]", ",", "&", "=", "&amp;", "&#91;", "&#93;", "&#44;", "[CQ:", "[CQ:face,id=1]", "你好", "👋🏽", " ", "\n", "&amp;#91;"}
+	var out []byte
+	for n := g.next() % 12; n > 0 && !g.done(); n-- {
+		c := g.next()
+		if int(c) < len(tokens) {
+			out = append(out, tokens[c]...)
+		} else {
+			out = append(out, c)
+		}
+	}
+	return string(out)
+}

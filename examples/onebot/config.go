@@ -1,0 +1,168 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/personakit/persona/channel/onebot"
+)
+
+// The environment variables the bot reads (besides the model variables of
+// agent/openai.FromEnv).
+const (
+	envMode     = "PERSONA_ONEBOT_MODE"
+	envAddr     = "PERSONA_ONEBOT_ADDR"
+	envURL      = "PERSONA_ONEBOT_URL"
+	envToken    = "PERSONA_ONEBOT_TOKEN"
+	envSecret   = "PERSONA_ONEBOT_SECRET"
+	envDialect  = "PERSONA_ONEBOT_DIALECT"
+	envSoul     = "PERSONA_SOUL"
+	envData     = "PERSONA_DATA"
+	envOwner    = "PERSONA_OWNER"
+	envAliases  = "PERSONA_ALIASES"
+	envLogLevel = "PERSONA_LOG_LEVEL"
+)
+
+// Defaults of the bot.
+const (
+	defaultAddr    = "127.0.0.1:8080"
+	defaultDataDir = "data/onebot"
+)
+
+// config is the bot's configuration as read from the environment.
+type config struct {
+	mode    onebot.Mode
+	listen  string // address to listen on; "" in forward-ws mode
+	url     string
+	token   string
+	secret  string
+	dialect onebot.Dialect
+
+	soul     string // SOUL.md text
+	soulFrom string // where it came from, for the banner
+	dataDir  string
+	owners   []string
+	aliases  []string
+	level    slog.Level
+}
+
+// loadConfig reads and checks the environment. It reports every problem
+// at once, each naming its variable.
+func loadConfig(getenv func(string) string) (config, error) {
+	var errs []error
+	bad := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
+	get := func(k string) string { return strings.TrimSpace(getenv(k)) }
+
+	cfg := config{
+		mode:   onebot.Mode(strings.ToLower(get(envMode))),
+		listen: get(envAddr),
+		url:    get(envURL),
+		token:  get(envToken),
+		secret: get(envSecret),
+	}
+	switch cfg.mode {
+	case "":
+		cfg.mode = onebot.ModeReverseWS
+	case onebot.ModeReverseWS, onebot.ModeForwardWS, onebot.ModeHTTP:
+	default:
+		bad("%s=%q: want %s, %s or %s", envMode, getenv(envMode), onebot.ModeReverseWS, onebot.ModeForwardWS, onebot.ModeHTTP)
+	}
+	switch cfg.mode {
+	case onebot.ModeReverseWS:
+		if cfg.url != "" {
+			bad("%s is not used in %s mode (the implementation dials %s); unset it or set %s=%s", envURL, cfg.mode, envAddr, envMode, onebot.ModeForwardWS)
+		}
+		if cfg.secret != "" {
+			bad("%s is only used in %s mode (it signs HTTP POST events); the reverse WebSocket uses %s", envSecret, onebot.ModeHTTP, envToken)
+		}
+	case onebot.ModeForwardWS:
+		if cfg.listen != "" {
+			bad("%s is not used in %s mode (the bot dials %s)", envAddr, cfg.mode, envURL)
+		}
+		if cfg.secret != "" {
+			bad("%s is only used in %s mode (it signs HTTP POST events); the forward WebSocket uses %s", envSecret, onebot.ModeHTTP, envToken)
+		}
+		checkURL(&errs, cfg.url, cfg.mode, "ws", "wss")
+	case onebot.ModeHTTP:
+		checkURL(&errs, cfg.url, cfg.mode, "http", "https")
+	}
+	if cfg.mode != onebot.ModeForwardWS && cfg.listen == "" {
+		cfg.listen = defaultAddr
+	}
+
+	switch d := onebot.Dialect(strings.ToLower(get(envDialect))); d {
+	case "":
+	case onebot.DialectNapCat, onebot.DialectLagrange, onebot.DialectGoCQHTTP:
+		cfg.dialect = d
+	default:
+		bad("%s=%q: want %s, %s or %s", envDialect, getenv(envDialect), onebot.DialectNapCat, onebot.DialectLagrange, onebot.DialectGoCQHTTP)
+	}
+
+	cfg.soul, cfg.soulFrom = defaultSoul, "built-in SOUL.md (Mira)"
+	if path := get(envSoul); path != "" {
+		b, err := os.ReadFile(path)
+		switch {
+		case err != nil:
+			bad("%s: %w", envSoul, err)
+		case strings.TrimSpace(string(b)) == "":
+			bad("%s: %s is empty", envSoul, path)
+		default:
+			cfg.soul, cfg.soulFrom = string(b), path
+		}
+	}
+	cfg.dataDir = get(envData)
+	if cfg.dataDir == "" {
+		cfg.dataDir = filepath.FromSlash(defaultDataDir)
+	}
+	cfg.owners = list(get(envOwner))
+	for _, id := range cfg.owners {
+		if n, err := strconv.ParseInt(id, 10, 64); err != nil || n <= 0 {
+			bad("%s: %q is not a QQ number", envOwner, id)
+		}
+	}
+	cfg.aliases = list(get(envAliases))
+	if lv := get(envLogLevel); lv != "" {
+		if err := cfg.level.UnmarshalText([]byte(lv)); err != nil {
+			bad("%s=%q: want debug, info, warn or error", envLogLevel, lv)
+		}
+	}
+	return cfg, errors.Join(errs...)
+}
+
+// checkURL checks the URL variable of a mode that dials the implementation.
+func checkURL(errs *[]error, raw string, mode onebot.Mode, schemes ...string) {
+	example := "ws://127.0.0.1:3001/"
+	if mode == onebot.ModeHTTP {
+		example = "http://127.0.0.1:3000"
+	}
+	if raw == "" {
+		*errs = append(*errs, fmt.Errorf("%s is required in %s mode (e.g. %s)", envURL, mode, example))
+		return
+	}
+	u, err := url.Parse(raw)
+	if err == nil && u.Host != "" {
+		for _, s := range schemes {
+			if u.Scheme == s {
+				return
+			}
+		}
+	}
+	*errs = append(*errs, fmt.Errorf("%s=%q: %s mode needs a %s URL (e.g. %s)", envURL, raw, mode, strings.Join(schemes, ":// or ")+"://", example))
+}
+
+// list splits a comma-separated variable, dropping blanks.
+func list(s string) []string {
+	var out []string
+	for part := range strings.SplitSeq(s, ",") {
+		if part = strings.TrimSpace(part); part != "" {
+			out = append(out, part)
+		}
+	}
+	return out
+}

@@ -1,0 +1,205 @@
+// Command onebot is a reference QQ bot: the whole persona pipeline behind
+// the OneBot v11 adapter (channel/onebot), for NapCat, Lagrange.OneBot,
+// LLOneBot or go-cqhttp.
+//
+//	PERSONA_ONEBOT_TOKEN=change-me go run ./examples/onebot
+//
+// It is configured by environment variables:
+//
+//   - PERSONA_ONEBOT_MODE: reverse-ws (default; the implementation dials
+//     us), forward-ws (we dial the implementation) or http (we call its HTTP
+//     API and it POSTs events to us).
+//   - PERSONA_ONEBOT_ADDR: where reverse-ws listens for the WebSocket and
+//     http listens for the event POSTs (default 127.0.0.1:8080; any path is
+//     accepted, so ws://HOST:PORT/ works).
+//   - PERSONA_ONEBOT_URL: the implementation's forward WebSocket URL
+//     (ws://host:port/) or HTTP API base URL (http://host:port).
+//   - PERSONA_ONEBOT_TOKEN: the OneBot access token (both directions).
+//   - PERSONA_ONEBOT_SECRET: the HTTP POST secret (http mode; X-Signature).
+//   - PERSONA_ONEBOT_DIALECT: napcat (default), lagrange or gocqhttp, the
+//     parameters of the history calls used for backfill after a reconnect.
+//   - PERSONA_MODEL_BASE_URL, PERSONA_MODEL_API_KEY (or OPENAI_API_KEY),
+//     PERSONA_MODEL: the OpenAI-compatible model, as for examples/console;
+//     without them an offline demo model echoes.
+//   - PERSONA_SOUL: path to a SOUL.md (default: the built-in Mira).
+//   - PERSONA_DATA: data directory (default ./data/onebot).
+//   - PERSONA_OWNER, PERSONA_ALIASES: comma-separated owner QQ numbers and
+//     names the bot answers to.
+//   - PERSONA_LOG_LEVEL: debug, info (default), warn or error; logs go to
+//     stderr.
+//
+// SIGINT or SIGTERM stops it gracefully: in-flight turns are released to
+// the durable queue and picked up again on the next start.
+package main
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/personakit/persona"
+	"github.com/personakit/persona/agent"
+	"github.com/personakit/persona/agent/agenttest"
+	"github.com/personakit/persona/agent/openai"
+	"github.com/personakit/persona/channel"
+	"github.com/personakit/persona/channel/onebot"
+	"github.com/personakit/persona/outbound"
+)
+
+//go:embed SOUL.md
+var defaultSoul string
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Getenv, os.Stdout, os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "onebot:", err)
+		os.Exit(1)
+	}
+}
+
+// run is main without the process globals, so the bot is testable: it
+// serves until ctx ends (then returns nil) or fails.
+func run(ctx context.Context, getenv func(string) string, stdout, stderr io.Writer) error {
+	cfg, cerr := loadConfig(getenv)
+	model, modelDesc, merr := pickModel(getenv)
+	if err := errors.Join(cerr, merr); err != nil {
+		return fmt.Errorf("invalid configuration:\n  %s", strings.ReplaceAll(err.Error(), "\n", "\n  "))
+	}
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: cfg.level}))
+
+	var ln net.Listener
+	if cfg.listen != "" {
+		var err error
+		if ln, err = net.Listen("tcp", cfg.listen); err != nil {
+			return fmt.Errorf("%s=%s: %w", envAddr, cfg.listen, err)
+		}
+		defer func() { _ = ln.Close() }() // normally closed by the adapter already
+	}
+	ch, err := onebot.New(onebot.Config{
+		Mode:           cfg.mode,
+		Listener:       ln,
+		URL:            cfg.url,
+		AccessToken:    cfg.token,
+		Secret:         cfg.secret,
+		HistoryDialect: cfg.dialect,
+		Logger:         log.With("component", "onebot"),
+	})
+	if err != nil {
+		return err
+	}
+	p, err := persona.New(persona.Options{
+		Channels: []channel.Channel{ch},
+		DataDir:  cfg.dataDir,
+		Persona:  cfg.soul,
+		Model:    model,
+		Owners:   cfg.owners,
+		Aliases:  cfg.aliases,
+		Logger:   log.With("component", "persona"),
+	})
+	if err != nil {
+		return err
+	}
+	defer func() { _ = p.Close() }()
+
+	banner(stdout, cfg, ln, modelDesc)
+	warnings(log, cfg)
+	log.Info("bot_starting", "mode", cfg.mode, "data", cfg.dataDir, "owners", len(cfg.owners))
+	err = p.Run(ctx)
+	log.Info("bot_stopped", "err", err)
+	return err
+}
+
+// banner tells the operator, on stdout, what runs and where to point the
+// OneBot implementation.
+func banner(w io.Writer, cfg config, ln net.Listener, modelDesc string) {
+	fmt.Fprintln(w, "persona OneBot v11 bot")
+	fmt.Fprintln(w, "  model:   "+modelDesc)
+	fmt.Fprintln(w, "  persona: "+cfg.soulFrom)
+	fmt.Fprintln(w, "  data:    "+cfg.dataDir)
+	token := "no access token (set " + envToken + ")"
+	if cfg.token != "" {
+		token = "the access token from " + envToken
+	}
+	switch cfg.mode {
+	case onebot.ModeReverseWS:
+		fmt.Fprintf(w, "  onebot:  reverse WebSocket: point the implementation's WebSocket client at %s with %s\n", hostURL("ws", ln.Addr()), token)
+	case onebot.ModeForwardWS:
+		fmt.Fprintf(w, "  onebot:  forward WebSocket: dialling %s with %s\n", cfg.url, token)
+	case onebot.ModeHTTP:
+		sig := "unsigned (set " + envSecret + ")"
+		if cfg.secret != "" {
+			sig = "signed with " + envSecret
+		}
+		fmt.Fprintf(w, "  onebot:  HTTP: calling the API at %s with %s; point the implementation's HTTP POST at %s (%s)\n",
+			cfg.url, token, hostURL("http", ln.Addr()), sig)
+	}
+}
+
+// warnings logs the risky parts of a configuration that still works.
+func warnings(log *slog.Logger, cfg config) {
+	if cfg.token == "" {
+		log.Warn("no_access_token", "hint", "anyone who can reach the implementation or this bot can act for the other; set "+envToken)
+	}
+	if cfg.mode == onebot.ModeHTTP && cfg.secret == "" {
+		log.Warn("unsigned_http_events", "hint", "event POSTs are not verified; set "+envSecret+" and the same secret in the implementation")
+	}
+	if len(cfg.owners) == 0 {
+		log.Info("no_owners", "hint", "set "+envOwner+" to your QQ number to get owner rights")
+	}
+}
+
+// hostURL is the URL the implementation reaches a listener at; an
+// unspecified listen address (":8080", "0.0.0.0:8080") is shown as
+// <this-host>.
+func hostURL(scheme string, a net.Addr) string {
+	host, port, err := net.SplitHostPort(a.String())
+	if err != nil {
+		return scheme + "://" + a.String() + "/"
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
+		host = "<this-host>"
+	}
+	return scheme + "://" + net.JoinHostPort(host, port) + "/"
+}
+
+// pickModel returns the configured model, or the offline demo model.
+func pickModel(getenv func(string) string) (agent.Model, string, error) {
+	if cfg, ok := openai.FromEnv(getenv); ok {
+		m, err := openai.New(cfg)
+		if err != nil {
+			return nil, "", fmt.Errorf("model (%s, %s, %s): %w", openai.EnvBaseURL, openai.EnvAPIKey, openai.EnvModel, err)
+		}
+		base := cfg.BaseURL
+		if base == "" {
+			base = "the OpenAI API"
+		}
+		return m, fmt.Sprintf("%s at %s", cfg.Model, base), nil
+	}
+	demo := agenttest.New()
+	demo.Otherwise(agenttest.Func(offlineReply))
+	return demo, "offline demo model: no model is configured (set " + openai.EnvBaseURL + " and " + openai.EnvAPIKey +
+		" or " + openai.EnvOpenAIAPIKey + ", and " + openai.EnvModel + "); it only echoes, everything else is the real pipeline", nil
+}
+
+// offlineReply echoes the current message in two chat messages, so the
+// demo shows the quote on the first chunk only.
+func offlineReply(_ context.Context, req agent.Request) (*agent.Response, error) {
+	current := ""
+	for _, m := range req.Messages {
+		if m.Role == agent.RoleUser && strings.HasPrefix(m.Content, "[current] ") {
+			current = m.Content
+		}
+	}
+	_, said, _ := strings.Cut(current, ": ")
+	text := fmt.Sprintf("(offline demo) You said %q", strings.TrimSpace(said)) + outbound.MsgMarker + "(no model configured)"
+	return &agent.Response{Text: text, Model: "offline-demo"}, nil
+}

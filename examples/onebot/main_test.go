@@ -1,0 +1,280 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"net"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/personakit/persona/agent/openai"
+	"github.com/personakit/persona/channel/onebot"
+	"github.com/personakit/persona/channel/onebot/onebottest"
+)
+
+// waitTimeout bounds every wait: a deadline for things to happen, never a
+// timing assertion.
+const waitTimeout = 20 * time.Second
+
+// syncBuffer is an io.Writer the bot writes to while the test reads it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// waitFor waits until re matches what was written to buf and returns the
+// match with its groups.
+func waitFor(t *testing.T, buf *syncBuffer, re string) []string {
+	t.Helper()
+	rx := regexp.MustCompile(re)
+	deadline := time.Now().Add(waitTimeout)
+	for {
+		if m := rx.FindStringSubmatch(buf.String()); m != nil {
+			return m
+		}
+		if time.Now().After(deadline) {
+			require.Failf(t, "timed out", "waiting for %q in:\n%s", re, buf.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// bot is run() on a goroutine with captured output.
+type bot struct {
+	stdout, stderr *syncBuffer
+}
+
+// startBot runs the bot with env until the test ends; run must then return
+// nil.
+func startBot(t *testing.T, env map[string]string) *bot {
+	t.Helper()
+	b := &bot{stdout: &syncBuffer{}, stderr: &syncBuffer{}}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, func(k string) string { return env[k] }, b.stdout, b.stderr) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("run returned %v after cancel", err)
+			}
+		case <-time.After(waitTimeout):
+			t.Error("run did not return after cancel")
+		}
+		if t.Failed() {
+			t.Logf("stdout:\n%s\nstderr:\n%s", b.stdout, b.stderr)
+		}
+	})
+	return b
+}
+
+func baseEnv(t *testing.T) map[string]string {
+	return map[string]string{
+		envData:     t.TempDir(),
+		envToken:    "e2e-token",
+		envOwner:    "1000",
+		envLogLevel: "debug",
+	}
+}
+
+func tctx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(t.Context(), waitTimeout)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func newFake(t *testing.T, secret string) *onebottest.Server {
+	fake := onebottest.New(onebottest.Config{AccessToken: "e2e-token", Secret: secret, ReconnectInterval: 50 * time.Millisecond})
+	t.Cleanup(fake.Close)
+	return fake
+}
+
+// TestGroupMentionEndToEnd runs the bot in each transport against the
+// OneBot fake on loopback: the fake posts a group @-message of the bot, the
+// real pipeline (offline demo model) answers it, and the reply arrives at
+// the fake in two chunks, the first quoting the message, the second not.
+func TestGroupMentionEndToEnd(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []onebot.Mode{onebot.ModeReverseWS, onebot.ModeForwardWS, onebot.ModeHTTP} {
+		t.Run(string(mode), func(t *testing.T) {
+			t.Parallel()
+			env := baseEnv(t)
+			var fake *onebottest.Server
+			var b *bot
+			switch mode {
+			case onebot.ModeReverseWS:
+				// The default mode: PERSONA_ONEBOT_MODE unset.
+				fake = newFake(t, "")
+				env[envAddr] = "127.0.0.1:0"
+				b = startBot(t, env)
+				u := waitFor(t, b.stdout, `reverse WebSocket: point the implementation's WebSocket client at (ws://127\.0\.0\.1:\d+/)`)[1]
+				fake.DialReverse(t.Context(), u)
+			case onebot.ModeForwardWS:
+				fake = newFake(t, "")
+				srv := httptest.NewServer(fake)
+				t.Cleanup(srv.Close)
+				env[envMode] = "forward-ws"
+				env[envURL] = "ws" + strings.TrimPrefix(srv.URL, "http") + "/"
+				b = startBot(t, env)
+			case onebot.ModeHTTP:
+				fake = newFake(t, "e2e-secret")
+				api := httptest.NewServer(fake)
+				t.Cleanup(api.Close)
+				env[envMode] = "HTTP" // case-insensitive
+				env[envURL] = api.URL
+				env[envAddr] = "127.0.0.1:0"
+				env[envSecret] = "e2e-secret"
+				b = startBot(t, env)
+				u := waitFor(t, b.stdout, `point the implementation's HTTP POST at (http://127\.0\.0\.1:\d+/) \(signed`)[1]
+				fake.SetPostURL(u + "onebot/event")
+			}
+			waitFor(t, b.stdout, `model: +offline demo model: no model is configured`)
+			waitFor(t, b.stdout, `persona: built-in SOUL.md`)
+			waitFor(t, b.stderr, `msg=state .*connected=true online=true`)
+
+			ctx := tctx(t)
+			rec, err := fake.EmitMessage(ctx, onebottest.Incoming{
+				GroupID: 300400500, UserID: 4242, Nickname: "alice",
+				Message: onebot.Message{{Type: "at", Data: map[string]string{"qq": fake.BotID()}}, onebot.TextSegment(" hello there")},
+			})
+			require.NoError(t, err)
+			sent, err := fake.WaitSent(ctx, 2)
+			require.NoError(t, err)
+			require.Len(t, sent, 2)
+			for _, s := range sent {
+				require.Equal(t, int64(300400500), s.GroupID, "reply goes to the group")
+			}
+			first, second := sent[0].Message, sent[1].Message
+			require.NotEmpty(t, first)
+			require.Equal(t, "reply", first[0].Type, "the first chunk quotes the message: %+v", first)
+			require.Equal(t, strconv.FormatInt(int64(rec.ID), 10), first[0].Data["id"])
+			require.Contains(t, first.PlainText(), "(offline demo) You said")
+			require.Contains(t, first.PlainText(), "hello there")
+			for _, seg := range second {
+				require.NotEqual(t, "reply", seg.Type, "only the first chunk quotes: %+v", second)
+			}
+			require.Equal(t, "(no model configured)", strings.TrimSpace(second.PlainText()))
+
+			// Nothing else goes out (no duplicate chunk).
+			time.Sleep(200 * time.Millisecond)
+			require.Len(t, fake.Sent(), 2)
+		})
+	}
+}
+
+// TestBadConfig: every invalid or missing variable is a clear error that
+// names it, returned before anything is created or started.
+func TestBadConfig(t *testing.T) {
+	t.Parallel()
+	missing := filepath.Join(t.TempDir(), "no-such-SOUL.md")
+	empty := filepath.Join(t.TempDir(), "SOUL.md")
+	require.NoError(t, os.WriteFile(empty, []byte("  \n"), 0o600))
+	cases := []struct {
+		name string
+		env  map[string]string
+		want []string
+	}{
+		{"unknown mode", map[string]string{envMode: "websocket"}, []string{`PERSONA_ONEBOT_MODE="websocket": want reverse-ws, forward-ws or http`}},
+		{"forward-ws without URL", map[string]string{envMode: "forward-ws"}, []string{"PERSONA_ONEBOT_URL is required in forward-ws mode"}},
+		{"forward-ws with an http URL", map[string]string{envMode: "forward-ws", envURL: "http://127.0.0.1:3001/"}, []string{"forward-ws mode needs a ws:// or wss:// URL"}},
+		{"forward-ws with ADDR", map[string]string{envMode: "forward-ws", envURL: "ws://127.0.0.1:3001/", envAddr: ":8080"}, []string{"PERSONA_ONEBOT_ADDR is not used in forward-ws mode"}},
+		{"forward-ws with SECRET", map[string]string{envMode: "forward-ws", envURL: "ws://127.0.0.1:3001/", envSecret: "s"}, []string{"PERSONA_ONEBOT_SECRET is only used in http mode"}},
+		{"http without URL", map[string]string{envMode: "http"}, []string{"PERSONA_ONEBOT_URL is required in http mode"}},
+		{"http with a ws URL", map[string]string{envMode: "http", envURL: "ws://127.0.0.1:3000"}, []string{"http mode needs a http:// or https:// URL"}},
+		{"reverse-ws with URL", map[string]string{envURL: "ws://127.0.0.1:3001/"}, []string{"PERSONA_ONEBOT_URL is not used in reverse-ws mode"}},
+		{"reverse-ws with SECRET", map[string]string{envSecret: "s"}, []string{"PERSONA_ONEBOT_SECRET is only used in http mode"}},
+		{"unknown dialect", map[string]string{envDialect: "mirai"}, []string{`PERSONA_ONEBOT_DIALECT="mirai"`}},
+		{"owner not a QQ number", map[string]string{envOwner: "123, alice"}, []string{`PERSONA_OWNER: "alice" is not a QQ number`}},
+		{"bad log level", map[string]string{envLogLevel: "loud"}, []string{`PERSONA_LOG_LEVEL="loud"`}},
+		{"missing SOUL", map[string]string{envSoul: missing}, []string{"PERSONA_SOUL:", "no-such-SOUL.md"}},
+		{"empty SOUL", map[string]string{envSoul: empty}, []string{"PERSONA_SOUL:", "is empty"}},
+		{"bad model URL", map[string]string{openai.EnvBaseURL: "ftp://models.example"}, []string{"model (PERSONA_MODEL_BASE_URL", "must be an http or https URL"}},
+		{"all at once", map[string]string{envMode: "forward-ws", envOwner: "x", envLogLevel: "loud"}, []string{"PERSONA_ONEBOT_URL is required", "PERSONA_OWNER", "PERSONA_LOG_LEVEL"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			data := filepath.Join(t.TempDir(), "data")
+			tc.env[envData] = data
+			var stdout, stderr bytes.Buffer
+			err := run(t.Context(), func(k string) string { return tc.env[k] }, &stdout, &stderr)
+			require.Error(t, err)
+			require.Contains(t, err.Error(), "invalid configuration")
+			for _, w := range tc.want {
+				require.Contains(t, err.Error(), w)
+			}
+			require.NoDirExists(t, data, "nothing is created for a bad configuration")
+			require.Empty(t, stdout.String())
+		})
+	}
+}
+
+// TestAddrInUse: a listen address that is taken fails at once, naming the
+// variable.
+func TestAddrInUse(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer func() { _ = ln.Close() }()
+	env := map[string]string{envData: t.TempDir(), envAddr: ln.Addr().String()}
+	err = run(t.Context(), func(k string) string { return env[k] }, &bytes.Buffer{}, &bytes.Buffer{})
+	require.ErrorContains(t, err, "PERSONA_ONEBOT_ADDR="+ln.Addr().String())
+}
+
+// TestConfigDefaults: with nothing set, the bot is a reverse-WebSocket
+// server on 127.0.0.1:8080 with the built-in persona and ./data/onebot.
+func TestConfigDefaults(t *testing.T) {
+	t.Parallel()
+	cfg, err := loadConfig(func(string) string { return "" })
+	require.NoError(t, err)
+	require.Equal(t, onebot.ModeReverseWS, cfg.mode)
+	require.Equal(t, "127.0.0.1:8080", cfg.listen)
+	require.Equal(t, filepath.FromSlash("data/onebot"), cfg.dataDir)
+	require.Equal(t, defaultSoul, cfg.soul)
+	require.Empty(t, cfg.owners)
+
+	env := map[string]string{envOwner: " 1000, ,2000 ", envAliases: "Mira, mi", envMode: "http", envURL: "https://qq.example:5700", envDialect: "Lagrange"}
+	cfg, err = loadConfig(func(k string) string { return env[k] })
+	require.NoError(t, err)
+	require.Equal(t, []string{"1000", "2000"}, cfg.owners)
+	require.Equal(t, []string{"Mira", "mi"}, cfg.aliases)
+	require.Equal(t, "127.0.0.1:8080", cfg.listen, "http mode listens for events")
+	require.Equal(t, onebot.DialectLagrange, cfg.dialect)
+}
+
+// TestPickModel: the model variables select the OpenAI-compatible model;
+// without them the banner says plainly that the offline demo runs.
+func TestPickModel(t *testing.T) {
+	t.Parallel()
+	_, desc, err := pickModel(func(string) string { return "" })
+	require.NoError(t, err)
+	require.Contains(t, desc, "offline demo model")
+
+	env := map[string]string{openai.EnvBaseURL: "http://127.0.0.1:11434/v1", openai.EnvModel: "qwen3"}
+	m, desc, err := pickModel(func(k string) string { return env[k] })
+	require.NoError(t, err)
+	require.NotNil(t, m)
+	require.Equal(t, "qwen3 at http://127.0.0.1:11434/v1", desc)
+}

@@ -275,6 +275,7 @@ func (c *loopChannel) write(m wireMsg) error {
 
 func (c *loopChannel) Run(ctx context.Context, sink channel.Sink) error {
 	go func() { <-ctx.Done(); c.conn.Close() }()
+	sink.ReportState(ctx, channel.State{Platform: "loop", BotID: "bot", Connected: true, Online: true})
 	sc := bufio.NewScanner(c.conn)
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {

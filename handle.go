@@ -27,6 +27,17 @@ import (
 //     written the item goes to the journal, and only if that fails too is an
 //     error returned, so the channel can NACK.
 func (p *Pipeline) HandleEvent(ctx context.Context, ev channel.Event) error {
+	return p.handle(ctx, ev, false)
+}
+
+// enqueueFetched is how the coordinator hands over a message it fetched
+// (backfill or gap refetch): the HandleEvent rules, with history-only as
+// the coordinator decided.
+func (p *Pipeline) enqueueFetched(ctx context.Context, ev channel.Event, historyOnly bool) error {
+	return p.handle(ctx, ev, historyOnly)
+}
+
+func (p *Pipeline) handle(ctx context.Context, ev channel.Event, historyOnly bool) error {
 	if ev.Profile == "" {
 		ev.Profile = p.opt.Profile
 	}
@@ -43,6 +54,21 @@ func (p *Pipeline) HandleEvent(ctx context.Context, ev channel.Event) error {
 	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), DefaultEnqueueTimeout)
 	defer cancel()
 
+	if err := p.handleDurably(actx, ev, historyOnly); err != nil {
+		return err
+	}
+	// Sequence-gap detection sees every live group message with a seq
+	// number, the bot's own included, once it is durable.
+	if ev.Source == channel.SourceLive && ev.Seq > 0 && ev.Chat.Kind == channel.Group {
+		if st := p.channelFor(ev.Platform, ev.BotID); st != nil {
+			st.coord.ObserveLive(actx, ev)
+		}
+	}
+	return nil
+}
+
+// handleDurably applies steps 2–5 of HandleEvent.
+func (p *Pipeline) handleDurably(actx context.Context, ev channel.Event, historyOnly bool) error {
 	switch ev.Kind {
 	case channel.KindSelf:
 		return p.appendHistory(actx, ev, memory.Out)
@@ -50,7 +76,7 @@ func (p *Pipeline) HandleEvent(ctx context.Context, ev channel.Event) error {
 		return p.handleNotice(actx, ev)
 	}
 
-	it := inbound.Item{ID: ev.Key(), SessionKey: ev.SessionKey, Event: ev}
+	it := inbound.Item{ID: ev.Key(), SessionKey: ev.SessionKey, Event: ev, HistoryOnly: historyOnly}
 	if v := p.admit.Admit(&ev); v.Stop {
 		o := inbound.Outcome{Code: v.Code, Reason: v.Reason}
 		if _, err := p.opt.Queue.Record(actx, it, o); err != nil {
@@ -60,7 +86,7 @@ func (p *Pipeline) HandleEvent(ctx context.Context, ev channel.Event) error {
 		return nil
 	}
 	trigger := route.Classify(&ev, p.identity, p.opt.Triggers)
-	if trigger != "" {
+	if trigger != "" && !historyOnly && ev.Source == channel.SourceLive {
 		p.directed.note(ev.SessionKey, ev.Sender.ID, ev.MessageID)
 	}
 	it.Priority = priority(&ev, trigger != "")

@@ -120,9 +120,9 @@ const (
 	DefaultEnqueueTimeout   = 5 * time.Second
 	DefaultBookkeeping      = 5 * time.Second
 	DefaultOfflineRetry     = time.Second
-	DefaultCheckpointEvery  = 30 * time.Second
-	DefaultReplayPadding    = 30 * time.Minute
-	DefaultReplayMax        = 24 * time.Hour
+	// DefaultReplayMax bounds how far back a replay looks (see
+	// inbound.DefaultReplayMax).
+	DefaultReplayMax = inbound.DefaultReplayMax
 )
 
 // ErrNoModel is returned by New when neither a Model nor a Runner is set.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -43,14 +44,18 @@ type Pipeline struct {
 
 	mu       sync.Mutex
 	channels map[string]*chanState // by "<platform>/<bot id>" and by platform
-	cutoff   time.Time
+	states   []*chanState          // every channel once, in registration order
+	checkpointKeys []string
+	cutoff   time.Time             // for events of channels the pipeline does not run
 
 	stats Stats
 }
 
+// chanState is one channel with its coordinator (readiness, checkpoints,
+// replay cutoff, backfill and gap detection).
 type chanState struct {
-	ch     channel.Channel
-	online atomic.Bool
+	ch    channel.Channel
+	coord *inbound.Coordinator
 }
 
 // Stats are counters of what HandleEvent saw, for monitoring.
@@ -113,10 +118,20 @@ func New(opt Options) (*Pipeline, error) {
 			if enqueued {
 				p.Wake()
 			}
+			// A journaled message means the store was unavailable for a
+			// while: look for what else was missed in that chat.
+			if st := p.channelFor(it.Event.Platform, it.Event.BotID); st != nil && st.coord.CanBackfill() {
+				if err := st.coord.RequestBackfill(DefaultReplayMax, it.Event.Chat); err != nil {
+					p.log.Warn("backfill after journal replay", "err", err)
+				}
+			}
 		},
 	})
 	for _, ch := range opt.Channels {
-		p.register(ch, "")
+		if _, err := p.register(ch, ""); err != nil {
+			_ = p.Close()
+			return nil, err
+		}
 	}
 	return p, nil
 }
@@ -159,17 +174,36 @@ func (p *Pipeline) Wake() {
 	}
 }
 
-func (p *Pipeline) register(ch channel.Channel, botID string) *chanState {
+// register records a channel (once) with its coordinator, and the bot id it
+// serves once known.
+func (p *Pipeline) register(ch channel.Channel, botID string) (*chanState, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	st := p.channels[ch.Name()]
-	if st == nil || st.ch != ch {
-		if existing := p.findLocked(ch); existing != nil {
-			st = existing
-		} else {
-			st = &chanState{ch: ch}
-			st.online.Store(true)
+	var st *chanState
+	for _, x := range p.states {
+		if x.ch == ch {
+			st = x
 		}
+	}
+	if st == nil {
+		key := p.opt.Profile + "/" + ch.Name()
+		for n := 2; p.hasCheckpointKeyLocked(key); n++ {
+			key = fmt.Sprintf("%s/%s#%d", p.opt.Profile, ch.Name(), n)
+		}
+		coord, err := inbound.NewCoordinator(inbound.CoordinatorConfig{
+			Bot: key, Profile: p.opt.Profile, Channel: ch, Checkpoints: p.opt.Checkpoints,
+			Known:        p.known,
+			Direct:       func(ev *channel.Event) bool { return route.Classify(ev, p.identity, p.opt.Triggers) != "" },
+			Enqueue:      p.enqueueFetched,
+			NewestStored: p.newestStored(),
+			Clock:        p.clk, Logger: p.log.With("channel", ch.Name()),
+		})
+		if err != nil {
+			return nil, fmt.Errorf("persona: channel %s: %w", ch.Name(), err)
+		}
+		st = &chanState{ch: ch, coord: coord}
+		p.states = append(p.states, st)
+		p.checkpointKeys = append(p.checkpointKeys, key)
 	}
 	if _, ok := p.channels[ch.Name()]; !ok {
 		p.channels[ch.Name()] = st
@@ -177,14 +211,37 @@ func (p *Pipeline) register(ch channel.Channel, botID string) *chanState {
 	if botID != "" {
 		p.channels[ch.Name()+"/"+botID] = st
 	}
-	return st
+	return st, nil
 }
 
-func (p *Pipeline) findLocked(ch channel.Channel) *chanState {
-	for _, st := range p.channels {
-		if st.ch == ch {
-			return st
+func (p *Pipeline) hasCheckpointKeyLocked(key string) bool {
+	for _, k := range p.checkpointKeys {
+		if k == key {
+			return true
 		}
+	}
+	return false
+}
+
+// known reports whether a fetched message is already queued or recorded.
+func (p *Pipeline) known(ctx context.Context, key string) (bool, error) {
+	_, err := p.opt.Queue.Lookup(ctx, key)
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.Is(err, inbound.ErrNotFound):
+		return false, nil
+	}
+	return false, err
+}
+
+// newestStored returns the store's per-session watermark query, if the
+// history store has one.
+func (p *Pipeline) newestStored() func(context.Context, string, time.Time) (time.Time, bool, error) {
+	if n, ok := p.opt.History.(interface {
+		NewestSessionEventTime(context.Context, string, time.Time) (time.Time, bool, error)
+	}); ok {
+		return n.NewestSessionEventTime
 	}
 	return nil
 }
@@ -199,14 +256,17 @@ func (p *Pipeline) channelFor(platform, botID string) *chanState {
 	return p.channels[platform]
 }
 
-func (p *Pipeline) anyOnline() bool {
+// anyReady reports whether some channel is ready for work (connected and
+// online). Without channels (events arrive through HandleEvent only) the
+// pipeline is always ready.
+func (p *Pipeline) anyReady() bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if len(p.channels) == 0 {
-		return true // events arrive through HandleEvent directly
+	if len(p.states) == 0 {
+		return true
 	}
-	for _, st := range p.channels {
-		if st.online.Load() {
+	for _, st := range p.states {
+		if st.coord.Ready() {
 			return true
 		}
 	}
@@ -224,44 +284,37 @@ func (s sink) HandleEvent(ctx context.Context, ev channel.Event) error {
 		ev.Platform = s.st.ch.Name()
 	}
 	if ev.BotID != "" {
-		s.p.register(s.st.ch, ev.BotID)
+		if _, err := s.p.register(s.st.ch, ev.BotID); err != nil {
+			return err
+		}
 	}
 	return s.p.HandleEvent(ctx, ev)
 }
 
+// ReportState hands the channel's health to its coordinator; claiming for
+// the channel resumes once it is connected and online.
 func (s sink) ReportState(ctx context.Context, st channel.State) {
 	if st.BotID != "" {
-		s.p.register(s.st.ch, st.BotID)
+		_, _ = s.p.register(s.st.ch, st.BotID)
 	}
-	online := st.Connected && st.Online
-	was := s.st.online.Swap(online)
-	switch {
-	case online && !was:
-		s.p.log.Info("reconnected", "platform", st.Platform, "bot", st.BotID, "reason", st.Reason)
+	s.st.coord.ReportState(ctx, st)
+	if s.st.coord.Ready() {
 		s.p.Wake()
-	case !online && was:
-		s.p.log.Warn("disconnected", "platform", st.Platform, "bot", st.BotID, "reason", st.Reason)
-		s.p.saveCheckpoint(ctx)
 	}
 }
 
 // Sink returns the channel.Sink for a channel that is not in
 // Options.Channels (an embedder running its own adapter loop).
-func (p *Pipeline) Sink(ch channel.Channel) channel.Sink {
-	return sink{p: p, st: p.register(ch, "")}
-}
-
-const checkpointKey = "pipeline"
-
-func (p *Pipeline) saveCheckpoint(ctx context.Context) {
-	bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), DefaultBookkeeping)
-	defer cancel()
-	if err := p.opt.Checkpoints.SaveCheckpoint(bctx, p.opt.Profile+"/"+checkpointKey, p.clk.Now()); err != nil {
-		p.log.Error("save checkpoint", "err", err)
+func (p *Pipeline) Sink(ch channel.Channel) (channel.Sink, error) {
+	st, err := p.register(ch, "")
+	if err != nil {
+		return nil, err
 	}
+	return sink{p: p, st: st}, nil
 }
 
-// start prepares a run: expired leases, the journal and the replay cutoff.
+// start prepares a run: expired leases, the journal, and each channel's
+// coordinator (last checkpoint → replay cutoff).
 func (p *Pipeline) start(ctx context.Context) error {
 	if n, err := p.opt.Queue.ReleaseExpired(ctx); err != nil {
 		return fmt.Errorf("persona: release expired leases: %w", err)
@@ -271,28 +324,24 @@ func (p *Pipeline) start(ctx context.Context) error {
 	if n, err := p.replayer.ReplayOnce(ctx); err != nil {
 		p.log.Warn("journal replay incomplete; will retry", "replayed", n, "err", err)
 	}
-	now := p.clk.Now()
-	last, ok, err := p.opt.Checkpoints.LoadCheckpoint(ctx, p.opt.Profile+"/"+checkpointKey)
-	if err != nil {
-		return fmt.Errorf("persona: load checkpoint: %w", err)
-	}
-	if !ok {
-		last = now
-		if ns, ok := p.opt.Checkpoints.(interface {
-			NewestEventTime(context.Context) (time.Time, bool, error)
-		}); ok {
-			if t, found, err := ns.NewestEventTime(ctx); err == nil && found {
-				last = t
-			}
+	p.mu.Lock()
+	states := slices.Clone(p.states)
+	p.cutoff = p.clk.Now().Add(-DefaultReplayMax)
+	p.mu.Unlock()
+	for _, st := range states {
+		if err := st.coord.Start(ctx); err != nil {
+			return fmt.Errorf("persona: channel %s: %w", st.ch.Name(), err)
 		}
 	}
-	p.mu.Lock()
-	p.cutoff = inbound.ReplayCutoff(last, now, DefaultReplayPadding, DefaultReplayMax)
-	p.mu.Unlock()
 	return nil
 }
 
-func (p *Pipeline) replayCutoff() time.Time {
+// replayCutoff is the cutoff for an event: its channel's coordinator's, or
+// now − 24 h for events of channels the pipeline does not run.
+func (p *Pipeline) replayCutoff(ev *channel.Event) time.Time {
+	if st := p.channelFor(ev.Platform, ev.BotID); st != nil {
+		return st.coord.Cutoff()
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.cutoff
@@ -309,33 +358,29 @@ func (p *Pipeline) Run(ctx context.Context) error {
 		return err
 	}
 	g, gctx := errgroup.WithContext(ctx)
-	for _, ch := range p.opt.Channels {
-		s := sink{p: p, st: p.register(ch, "")}
+	p.mu.Lock()
+	states := slices.Clone(p.states)
+	p.mu.Unlock()
+	for _, st := range states {
+		g.Go(func() error { return st.coord.Run(gctx) })
+		if !slices.Contains(p.opt.Channels, st.ch) {
+			continue // run by the embedder, who got its Sink
+		}
 		g.Go(func() error {
-			err := ch.Run(gctx, s)
+			err := st.ch.Run(gctx, sink{p: p, st: st})
 			if err != nil && gctx.Err() == nil {
-				return fmt.Errorf("persona: channel %s: %w", ch.Name(), err)
+				return fmt.Errorf("persona: channel %s: %w", st.ch.Name(), err)
 			}
 			return nil
 		})
 	}
 	g.Go(func() error { return p.replayer.Run(gctx) })
-	g.Go(func() error { p.checkpointLoop(gctx); return nil })
 	g.Go(func() error { p.dispatch(gctx); return nil })
 	err := g.Wait()
-	p.saveCheckpoint(ctx)
 	if ctx.Err() != nil && err == nil {
 		return nil
 	}
 	return err
-}
-
-func (p *Pipeline) checkpointLoop(ctx context.Context) {
-	for clock.Sleep(p.clk, ctx.Done(), DefaultCheckpointEvery) {
-		if p.anyOnline() {
-			p.saveCheckpoint(ctx)
-		}
-	}
 }
 
 // dispatch claims work while there are free workers and hands each lease to
@@ -352,7 +397,7 @@ func (p *Pipeline) dispatch(ctx context.Context) {
 	batch := max(1, p.opt.Workers/2)
 	for ctx.Err() == nil {
 		free := p.opt.Workers - inflight
-		if free > 0 && (!backlog || free >= batch) && p.anyOnline() {
+		if free > 0 && (!backlog || free >= batch) && p.anyReady() {
 			leases, err := p.opt.Queue.Claim(ctx, inbound.Limits{
 				Max: free, PerGroup: p.opt.PerGroup, PerPrivate: p.opt.PerPrivate,
 				Lease: p.opt.Lease, Owner: p.owner,

@@ -448,6 +448,9 @@ func TestEnqueueFailureGoesToTheJournal(t *testing.T) {
 	h := newHarness(t, agenttest.New(agenttest.Reply("got it")), func(o *persona.Options) {
 		fq = &flakyQueue{Queue: o.DB, fails: 2}
 		o.Queue = fq
+		// Without history fetching, so that only the journal can bring the
+		// message back (a backfill would find it too).
+		o.Channels[0] = o.Channels[0].(*chantest.Channel).Bare()
 	})
 	ev := h.say(dmAlice, alice, "are you there?")
 	require.EqualValues(t, 1, h.p.Stats().Journaled.Load(), "accepted through the journal")

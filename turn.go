@@ -120,7 +120,7 @@ func (p *Pipeline) turn(ctx context.Context, l inbound.Lease) action {
 	if l.HistoryOnly {
 		return complete(inbound.BackfillHistoryOnly, "backfilled message kept as history only")
 	}
-	if ev.Time.Before(p.replayCutoff()) {
+	if ev.Time.Before(p.replayCutoff(&ev)) {
 		return complete(inbound.IgnoredStale, "older than the replay cutoff")
 	}
 	// A turn that already saved a draft resumes sending it, without
@@ -260,7 +260,7 @@ func (p *Pipeline) deliver(ctx context.Context, l inbound.Lease, v outbound.Verd
 	if st == nil {
 		return action{kind: actRetry, err: fmt.Errorf("no channel for platform %q bot %q", ev.Platform, ev.BotID)}
 	}
-	if !st.online.Load() {
+	if !st.coord.Ready() {
 		return action{kind: actSnooze, at: p.clk.Now().Add(p.opt.OfflineRetry), err: channel.ErrOffline}
 	}
 	r := outbound.Reply{TurnID: l.ID, SessionKey: l.SessionKey, Channel: st.ch, Chat: ev.Chat,

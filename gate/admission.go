@@ -34,6 +34,7 @@ func (a Admission) Valid() bool {
 // AdmissionPolicy decides who may talk to the bot in private (check I3; it
 // runs in the pipeline's HandleEvent, before anything is queued).
 type AdmissionPolicy struct {
+	// Mode is the admission mode (zero = everyone).
 	Mode Admission
 	// Owners always pass.
 	Owners []string

@@ -8,17 +8,12 @@ import (
 	"github.com/personakit/persona/outcome"
 )
 
-// Outcome codes decided by the gates of this package.
-const (
-	// IgnoredProactiveOff: an unprompted message while proactive replies are
-	// off (both switches off, or no router).
-	IgnoredProactiveOff outcome.Code = "ignored_proactive_off"
-)
-
 // Turn is what a gate looks at: one claimed inbound message and the facts
 // computed about it before the gates run.
 type Turn struct {
-	Event      channel.Event
+	// Event is the claimed message.
+	Event channel.Event
+	// SessionKey is its session (channel.SessionKey).
 	SessionKey string
 	// Direct is set when a direct trigger matched (private chat, mention,
 	// quote of the bot, alias, ...); Trigger names it. Unprompted group
@@ -29,9 +24,24 @@ type Turn struct {
 	Owner bool
 	// Now is the decision time (from the pipeline's clock).
 	Now time.Time
+	// Members is the channel's optional member-lookup capability (nil when
+	// the channel has none). The member-level gate uses it, through a
+	// cache, when the event does not carry the sender's level.
+	Members channel.MemberLookup
 }
 
 // Verdict is a gate's decision. The zero Verdict passes.
+//
+// A stopping verdict may carry Reply: a fixed text (no model, no review)
+// the pipeline sends to the chat before it records Code. Only the
+// quiet-hours gate sets it (the configured quiet_reply, at most once per
+// interval per chat; the gate has already used up the allowance when it
+// returns Reply, so the pipeline sends it at most once and does not retry
+// it as a reply).
+//
+// Err reports that a gate could not decide (a Flags or Quota read failed).
+// Stop is false then, and Chain stops at that gate: the pipeline should
+// retry the turn later rather than answer or drop it.
 type Verdict struct {
 	// Stop ends the message with Code and Reason.
 	Stop   bool
@@ -39,7 +49,14 @@ type Verdict struct {
 	Reason string
 	// Gate names the gate that stopped (filled in by Chain).
 	Gate string
+	// Reply is an optional text to send with a stop (see above).
+	Reply string
+	// Err is set when the gate could not decide (see above).
+	Err error
 }
+
+// Failed returns a verdict for a gate that could not decide because of err.
+func Failed(err error) Verdict { return Verdict{Err: err} }
 
 // Pass is the passing verdict.
 var Pass = Verdict{}
@@ -59,8 +76,10 @@ type Gate interface {
 
 // Func adapts a function to a Gate.
 type Func struct {
+	// GateName is returned by Name.
 	GateName string
-	F        func(ctx context.Context, t *Turn) Verdict
+	// F decides.
+	F func(ctx context.Context, t *Turn) Verdict
 }
 
 // Name returns GateName.
@@ -77,12 +96,12 @@ func New(name string, f func(ctx context.Context, t *Turn) Verdict) Gate {
 // Chain runs gates in order and stops at the first stop.
 type Chain []Gate
 
-// Check runs every gate in order and returns the first stopping verdict
-// (with Gate set to the stopping gate's name unless the gate named itself,
-// as a nested Chain does), or Pass.
+// Check runs every gate in order and returns the first stopping (or
+// failed, see [Verdict].Err) verdict, with Gate set to the gate's name
+// unless the gate named itself (as a nested Chain does), or Pass.
 func (c Chain) Check(ctx context.Context, t *Turn) Verdict {
 	for _, g := range c {
-		if v := g.Check(ctx, t); v.Stop {
+		if v := g.Check(ctx, t); v.Stop || v.Err != nil {
 			if v.Gate == "" {
 				v.Gate = g.Name()
 			}
@@ -140,7 +159,7 @@ func (c Chain) Replace(g Gate) Chain {
 // ProactiveSwitch stops unprompted messages when proactive replies are off
 // (gate G10). enabled is consulted for every turn.
 func ProactiveSwitch(enabled func(t *Turn) bool) Gate {
-	return New("proactive_switch", func(_ context.Context, t *Turn) Verdict {
+	return New(NameProactiveSwitch, func(_ context.Context, t *Turn) Verdict {
 		if t.Direct || enabled(t) {
 			return Pass
 		}

@@ -1,21 +1,68 @@
 // Package outbound is the last part of a turn: the pre-send review of a
-// drafted reply and its delivery in chunks.
+// drafted reply, its shaping, and its delivery in chunks.
 //
 // # Overview
 //
-// A [Reviewer] looks at a draft and decides whether it goes out. A [Sender]
-// delivers a reply chunk by chunk through a channel. Every chunk goes through
-// the delivery [Ledger]: its fingerprint is written as an intent before the
-// platform call and marked sent with the platform message ids after it, so a
-// retried or restarted turn skips chunks that were already delivered and never
-// sends one twice. package store implements Ledger on SQLite.
+// A [Reviewer] looks at a generated reply ([Proposal]) and returns a
+// [Verdict]: send this text with this outcome code, stop with a code, or
+// regenerate once from image descriptions. [BasicReviewer] makes the
+// program checks only; [NewReviewer] builds the default [ModelReviewer],
+// which runs the ordered checks of SPEC §6: images the model could not see,
+// model-chosen silence, empty replies and refusals, pause and refusal
+// markers, lines already said with say, then semantic dedup and the audit
+// model started in parallel (the audit runs again when dedup rewrote the
+// text), the audit verdicts in their fixed order (failure, private
+// closing, group stop, loops, account safety, quality, refusals) and
+// finally the group stop window. Stop windows, pauses and counters live in
+// a [StateStore]; the names [StatePause] and [StateStopWindow] are the
+// ones package gate reads, so a pause set here stops later turns at the
+// gates. [MemoryState] is an in-memory StateStore.
+//
+// Shaping ([Shape], [ShapeReply], [Split]) strips control markers and tool
+// calls written as prose, turns Markdown into plain text unless the channel
+// implements [RichTexter], splits on the message markers, then at natural
+// boundaries in the channel's own unit (bytes, runes or UTF-16 units), cuts
+// code blocks with their fences closed and reopened, and compresses a reply
+// that would need more than 8 chunks through a model (at most 2 calls of
+// 30 s). Nothing is truncated: no chunk exceeds the limit, and a reply
+// still long after compression goes out in all its chunks.
+// [PlatformLimits] lists the default limits of each platform.
+//
+// A [Sender] delivers a reply. The default [ChunkSender] is the single exit
+// for every outgoing message: it masks secrets ([MaskSecrets]), strips
+// control markers, resolves [persona-reply:<id>] / [persona-at:<id>]
+// markers ([ResolveMarkers]), applies the [SendPolicy] and the [BeforeSend]
+// hooks, shapes the text, runs the caller's send-time guard
+// ([Reply].Guard) before the first chunk only, and then sends one
+// merged-forward card (where the channel implements
+// channel.ForwardSender and the reply is over the threshold) or the
+// chunks, paced, with the typing indicator kept on ([TypingController]).
+// Every chunk goes through the delivery [Ledger]: its fingerprint is
+// written as an intent before the platform call and marked sent with the
+// platform message ids after it, so a retried or restarted turn skips
+// chunks that were already delivered and never sends one twice. An intent
+// left by a crash is reconciled through channel.HistoryFetcher when the
+// channel has it. package store implements Ledger on SQLite.
+//
+// A step that ends a reply before the platform call returns a [Delivery]
+// with Stopped set and the code to record (IgnoredSendPolicy,
+// IgnoredCancelledByHook, DroppedForwardUnsafe, DroppedOutboundDelivery or
+// the guard's code). Platform failures return a [*SendError] wrapping the
+// classified channel error: the caller snoozes offline and rate-limited
+// turns (a rate limit up to 6 s is waited out inline), records
+// DroppedSendRejected for definitive rejections (kicked, muted, 403-style)
+// and retries the rest. Group chats back off in [Lanes] (a text and a
+// media lane each): a failing lane returns a [*SnoozeError] (which unwraps
+// to a *channel.RateLimitedError) until its next attempt, and after 30
+// minutes of failures drops sends for 30 minutes.
 //
 // # Implementing
 //
 // Implement Reviewer or Sender, or wrap a function in [ReviewerFunc] /
-// [SenderFunc].
+// [SenderFunc]. Implement [Ledger] and [StateStore] to persist elsewhere.
 //
 // # Concurrency
 //
-// Reviewers, Senders and Ledgers are used by many workers at once.
+// Reviewers, Senders, Lanes, Ledgers and StateStores are used by many
+// workers at once. A ChunkSender sends one reply per session at a time.
 package outbound

@@ -3,7 +3,9 @@ package outbound
 import (
 	"context"
 	"strings"
+	"time"
 
+	"github.com/personakit/persona/agent"
 	"github.com/personakit/persona/channel"
 	"github.com/personakit/persona/outcome"
 )
@@ -37,6 +39,62 @@ type Proposal struct {
 	// the reply is unprompted.
 	Direct bool
 	Owner  bool
+
+	// The fields below feed the model-backed review ([NewReviewer]); the
+	// BasicReviewer ignores them.
+
+	// HasImages: dependency images were attached to the generation.
+	HasImages bool
+	// FromDescriptions: this text was regenerated from image descriptions
+	// after a [[NO_IMAGE]] verdict, so it is not regenerated again.
+	FromDescriptions bool
+	// SideEffect: the turn already had an external side effect (a tool that
+	// changed something, a say line, a scheduled job).
+	SideEffect bool
+	// FactualResult: a plugin returned a factual result the user must get.
+	FactualResult bool
+	// QueuedImage: an image-generation job was queued this turn.
+	QueuedImage bool
+	// Said are the lines already sent with say this turn.
+	Said []string
+	// Plugin: a direct plugin reply (no semantic dedup).
+	Plugin bool
+	// MentionsBot: a group message that mentions, quotes or names the bot
+	// (the group-stop check is judged only then).
+	MentionsBot bool
+	// PeerIsBot: the other side is flagged as a bot (loop detection counts
+	// dense exchanges without purpose too).
+	PeerIsBot bool
+	// AccountRisk: the channel implements channel.AccountRisk and reports
+	// true; the audit then judges account safety.
+	AccountRisk bool
+	// Recent are the bot's recent replies in the session with their times
+	// (newest last). Dedup compares with those of the last 2 minutes; the
+	// newest also dates the bot's last private message.
+	Recent []BotReply
+	// Transcript is recent conversation context for the audit, oldest
+	// first (optional).
+	Transcript []Line
+}
+
+// BotReply is one reply the bot sent earlier in the session.
+type BotReply struct {
+	Text string
+	At   time.Time
+}
+
+// Line is one line of conversation context.
+type Line struct {
+	Speaker string
+	Text    string
+	FromBot bool
+}
+
+// ModelUsage is the token accounting of one review or shaping model call.
+type ModelUsage struct {
+	Purpose string
+	Model   string
+	agent.Usage
 }
 
 // Verdict is a reviewer's decision. Send=false ends the turn with Code and
@@ -47,6 +105,21 @@ type Verdict struct {
 	Text   string
 	Code   outcome.Code
 	Reason string
+
+	// Regenerate asks the caller to generate the reply once more from image
+	// descriptions (the model could not see the images) and review it again
+	// with Proposal.FromDescriptions set. Send is false.
+	Regenerate bool
+	// PauseUntil is set when the review paused replies to the sender (the
+	// pause is already stored in the StateStore).
+	PauseUntil time.Time
+	// StopWindowUntil is set when the audit opened a group stop window (the
+	// window is already stored; this reply is still sent).
+	StopWindowUntil time.Time
+	// Rewritten: semantic dedup rewrote the text.
+	Rewritten bool
+	// Usage lists the model calls the review made (dedup, audit).
+	Usage []ModelUsage
 }
 
 // Reviewer decides whether and what to send.

@@ -7,11 +7,14 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 	"unicode/utf8"
 
+	"github.com/personakit/persona/agent"
 	"github.com/personakit/persona/channel"
 	"github.com/personakit/persona/clock"
 	"github.com/personakit/persona/outcome"
@@ -38,6 +41,35 @@ type Reply struct {
 	// draft or ledger rows (the queue item's first claim), so the sender
 	// skips reading them.
 	FirstAttempt bool
+
+	// CurrentMessageID is the message being answered: a model-written
+	// [persona-reply:<id>] marker is honoured for it (or for an id
+	// KnownMessage accepts). "" falls back to ReplyTo.
+	CurrentMessageID string
+	// KnownMessage reports whether id is a message in the chat's history
+	// (nil: none is).
+	KnownMessage func(id string) bool
+	// TriggerRecalled: the message being answered was recalled, so the
+	// first chunk does not quote it.
+	TriggerRecalled bool
+	// TargetsOther: the reply addresses another participant; the first
+	// chunk then carries neither ReplyTo nor Mentions (model-written
+	// markers still apply).
+	TargetsOther bool
+	// Media are attached to the last chunk.
+	Media []channel.Media
+	// Typing keeps the channel's typing indicator on (channel.Typer) from
+	// the start of the send until it returns: keepalive every 5 s, safety
+	// TTL 2 min. The caller decides by run class (SPEC §7.5).
+	Typing bool
+	// Guard is the send-time guard, run once before the first chunk (never
+	// after any chunk of the turn went out): chat unavailable, sender
+	// suppressed, superseded or merged — the caller decides. A non-empty
+	// code stops the reply: nothing is sent and Delivery.Stopped is set.
+	Guard func(ctx context.Context) (code outcome.Code, reason string)
+	// Kind labels the message for hooks and logs ("reply", "say",
+	// "notice", "push"); informational.
+	Kind string
 }
 
 // Delivery is the result of a completed send.
@@ -55,7 +87,37 @@ type Delivery struct {
 	// FirstSend and FirstAck time the first chunk sent by this call.
 	FirstSend time.Time
 	FirstAck  time.Time
+
+	// Stopped: a step before the platform call ended the reply (send
+	// policy, BeforeSend hook, send-time guard, merged-forward safety
+	// check, lane drop cooldown). Code and Reason then say which; the
+	// caller records them as the outcome. MessageIDs lists anything an
+	// earlier attempt delivered.
+	Stopped bool
+	// Forwarded: the reply went out as one merged-forward card.
+	Forwarded bool
+	// Compressions counts the compression calls made while shaping; Usage
+	// lists their tokens.
+	Compressions int
+	Usage        []ModelUsage
 }
+
+// SnoozeError says the send must wait until Until without charging an
+// attempt: the chat's send lane is backing off (SPEC §7.8). It unwraps to a
+// *channel.RateLimitedError with RetryAfter = Until − now, so a caller that
+// snoozes rate-limited items handles it unchanged.
+type SnoozeError struct {
+	Lane  Lane
+	Until time.Time
+	Err   error
+}
+
+func (e *SnoozeError) Error() string {
+	return fmt.Sprintf("outbound: %s lane backing off until %s", e.Lane, e.Until.UTC().Format(time.RFC3339))
+}
+
+// Unwrap returns the rate-limit error.
+func (e *SnoozeError) Unwrap() error { return e.Err }
 
 // SendError wraps a failed chunk with the delivery so far.
 type SendError struct {
@@ -95,24 +157,95 @@ func Pace(text string) time.Duration {
 	return min(PaceMax, max(PaceMin, d))
 }
 
-// SenderConfig configures the default chunked sender.
+// Send-stage defaults.
+const (
+	DefaultMediaAttempts    = 3
+	DefaultMediaRetryStep   = 700 * time.Millisecond
+	DefaultRateLimitInline  = PaceMax
+	DefaultForwardMinChars  = 900
+	DefaultForwardMinChunks = 5
+	DefaultTypingKeepalive  = 5 * time.Second
+	DefaultTypingTTL        = 2 * time.Minute
+)
+
+// ForwardSlot is the ledger slot of a merged-forward card: the card stands
+// for every chunk of the draft.
+const ForwardSlot = -1
+
+// ForwardConfig configures merged-forward cards (SPEC §7.2), used where the
+// channel implements channel.ForwardSender.
+type ForwardConfig struct {
+	// Off never sends a card (persona styles that must look like a group
+	// member).
+	Off bool
+	// MinChars and MinChunks are the threshold: a reply of at least
+	// MinChars runes in all (900) or MinChunks chunks (5) goes out as a
+	// card.
+	MinChars  int
+	MinChunks int
+	// Name is the author name shown on the card's nodes.
+	Name string
+	// Check is the card text's own account-safety check. ok=false stops
+	// the reply (DroppedForwardUnsafe, nothing sent); an error falls back
+	// to ordinary chunks. nil skips the check.
+	Check func(ctx context.Context, text string) (ok bool, err error)
+}
+
+// SenderConfig configures the default chunked sender. Zero fields take the
+// defaults of SPEC §11.
 type SenderConfig struct {
 	// Ledger is required: it makes every chunk go out at most once.
 	Ledger Ledger
-	// Clock paces chunks (nil = real).
+	// Clock paces chunks and times retries (nil = real).
 	Clock clock.Clock
 	// Split tunes the splitter.
 	Split SplitOptions
 	// NoPacing sends chunks back to back (tests, benchmarks).
 	NoPacing bool
 	// AfterSend is called after each delivered chunk (the pipeline writes
-	// the bot's message into history here).
+	// the bot's message into history here). For a merged-forward card it
+	// is called once per chunk with the card's receipt.
 	AfterSend func(ctx context.Context, r Reply, n int, c Chunk, rc channel.Receipt)
 	Logger    *slog.Logger
+
+	// Compressor shortens replies that would need more than MaxChunks
+	// chunks (see ShapeReply); nil never compresses.
+	Compressor      agent.Model
+	MaxChunks       int
+	CompressTimeout time.Duration
+	CompressCalls   int
+
+	// Secrets are credential values masked in every outgoing text (with
+	// the built-in token, key and cookie patterns).
+	Secrets []string
+	// Policy is the send policy; the zero value allows everything.
+	Policy SendPolicy
+	// Hooks run in order on every new reply; an error cancels it.
+	Hooks []BeforeSend
+	// Forward configures merged-forward cards.
+	Forward ForwardConfig
+	// State, when set, records the time of the bot's last message per
+	// session (StateLastBotMessage) for the review's closing check.
+	State StateStore
+	// Lanes, when set, backs off failing group chats (text and media lanes)
+	// and drops sends in a lane's cooldown.
+	Lanes *Lanes
+	// RenewMedia renews locally served media share links (to at least 10
+	// minutes ahead) before every attempt of a chunk with media.
+	RenewMedia func(ctx context.Context, media []channel.Media) ([]channel.Media, error)
+
+	MediaAttempts   int           // 3 attempts in all on media-validation rejections
+	MediaRetryStep  time.Duration // 700 ms × attempt
+	RateLimitInline time.Duration // rate-limit waits up to 6 s happen inline
+	TypingKeepalive time.Duration // 5 s
+	TypingTTL       time.Duration // 2 min
 }
 
-// ChunkSender is the default Sender: split, persist the draft, then send
-// each chunk through the ledger, one reply per session at a time.
+// ChunkSender is the default Sender and the single exit for outgoing
+// messages: mask secrets, strip control markers, resolve quote and mention
+// markers, send policy, BeforeSend hooks, shaping, the send-time guard,
+// then each chunk through the ledger (or one merged-forward card), one
+// reply per session at a time.
 type ChunkSender struct {
 	cfg   SenderConfig
 	clk   clock.Clock
@@ -134,6 +267,27 @@ func NewSender(cfg SenderConfig) (*ChunkSender, error) {
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.MediaAttempts <= 0 {
+		cfg.MediaAttempts = DefaultMediaAttempts
+	}
+	if cfg.MediaRetryStep <= 0 {
+		cfg.MediaRetryStep = DefaultMediaRetryStep
+	}
+	if cfg.RateLimitInline <= 0 {
+		cfg.RateLimitInline = DefaultRateLimitInline
+	}
+	if cfg.Forward.MinChars <= 0 {
+		cfg.Forward.MinChars = DefaultForwardMinChars
+	}
+	if cfg.Forward.MinChunks <= 0 {
+		cfg.Forward.MinChunks = DefaultForwardMinChunks
+	}
+	if cfg.TypingKeepalive <= 0 {
+		cfg.TypingKeepalive = DefaultTypingKeepalive
+	}
+	if cfg.TypingTTL <= 0 {
+		cfg.TypingTTL = DefaultTypingTTL
 	}
 	return &ChunkSender{cfg: cfg, clk: clock.OrReal(cfg.Clock), log: log, locks: map[string]*sessionLock{}}, nil
 }
@@ -178,13 +332,89 @@ func Fingerprint(platform, bot string, chat channel.Chat, slot int, c Chunk) str
 	return hex.EncodeToString(h.Sum(nil))
 }
 
-// Send delivers the reply. The shaped draft is persisted before the first
-// chunk; a turn that already has a draft resumes it. Each chunk is written
-// to the ledger as an intent before the platform call and marked sent after
-// it; chunks already sent are skipped and their ids reused. A chunk left as
-// an intent by a crash (outcome unknown) is treated as sent and logged
+// stopped is the Delivery of a reply a pre-send step ended.
+func stopped(code outcome.Code, reason string) Delivery {
+	return Delivery{Stopped: true, Code: code, Reason: reason}
+}
+
+// buildDraft runs the exit steps on a new reply and shapes it. A non-nil
+// *Delivery means a step stopped it.
+func (s *ChunkSender) buildDraft(ctx context.Context, r Reply) (Draft, *Delivery, Shaped) {
+	platform := r.Channel.Name()
+	text := StripControl(MaskSecrets(r.Text, s.cfg.Secrets))
+	current := r.CurrentMessageID
+	if current == "" {
+		current = r.ReplyTo
+	}
+	text, markReply, markMentions := ResolveMarkers(text, current, r.KnownMessage)
+	if ok, rule := s.cfg.Policy.Allowed(platform, r.Chat, r.SessionKey); !ok {
+		d := stopped(IgnoredSendPolicy, fmt.Sprintf("send policy denies %s (rule %d)", r.Chat, rule))
+		return Draft{}, &d, Shaped{}
+	}
+	replyTo, mentions := r.ReplyTo, slices.Clone(r.Mentions)
+	if r.TargetsOther {
+		replyTo, mentions = "", nil
+	}
+	if r.TriggerRecalled && replyTo == current {
+		replyTo = ""
+	}
+	if markReply != "" && (!r.TriggerRecalled || markReply != current) {
+		replyTo = markReply
+	}
+	for _, m := range markMentions {
+		if !slices.Contains(mentions, m) {
+			mentions = append(mentions, m)
+		}
+	}
+	m := &Message{TurnID: r.TurnID, SessionKey: r.SessionKey, Platform: platform, Chat: r.Chat,
+		Text: text, ReplyTo: replyTo, Mentions: mentions}
+	for _, h := range s.cfg.Hooks {
+		if err := h(ctx, m); err != nil {
+			d := stopped(IgnoredCancelledByHook, "cancelled by a BeforeSend hook: "+err.Error())
+			return Draft{}, &d, Shaped{}
+		}
+	}
+	text = StripControl(MaskSecrets(m.Text, s.cfg.Secrets))
+	rich := false
+	if rt, ok := r.Channel.(RichTexter); ok {
+		rich = rt.RichText()
+	}
+	sh := ShapeReply(ctx, text, channel.LimitOf(r.Channel), ShapeOptions{Split: s.cfg.Split, RichText: rich,
+		MaxChunks: s.cfg.MaxChunks, Compressor: s.cfg.Compressor, CompressTimeout: s.cfg.CompressTimeout,
+		CompressCalls: s.cfg.CompressCalls})
+	draft := Draft{TurnID: r.TurnID, SessionKey: r.SessionKey, Chat: r.Chat, Code: r.Code, Reason: r.Reason}
+	for i, t := range sh.Chunks {
+		c := Chunk{Text: t}
+		if i == 0 {
+			c.ReplyTo, c.Mentions = m.ReplyTo, m.Mentions
+		}
+		draft.Chunks = append(draft.Chunks, c)
+	}
+	if len(r.Media) > 0 {
+		if len(draft.Chunks) == 0 {
+			draft.Chunks = append(draft.Chunks, Chunk{ReplyTo: m.ReplyTo, Mentions: m.Mentions})
+		}
+		draft.Chunks[len(draft.Chunks)-1].Media = slices.Clone(r.Media)
+	}
+	return draft, nil, sh
+}
+
+// Send delivers the reply. A new reply passes the exit steps (secrets
+// masked, control markers stripped, markers resolved, send policy, hooks),
+// is shaped and persisted as the turn's draft before the first chunk; a
+// turn that already has a draft resumes it. The send-time guard runs before
+// the first chunk only. Each chunk is written to the ledger as an intent
+// before the platform call and marked sent after it; chunks already sent
+// are skipped and their ids reused. A chunk left as an intent by a crash is
+// reconciled through the channel's history when it can fetch it (found:
+// marked sent with its id) and is otherwise treated as sent and logged
 // delivery_unknown: a duplicate is worse than a gap. When the platform
 // answers a chunk with an error the intent is cleared, so a retry sends it.
+//
+// Errors: a *SendError wrapping the channel error (classify it with
+// channel.Classify: offline → snooze the turn, rate limited → snooze until
+// RetryAfter, definitive → dropped_send_rejected, else retry); a
+// *SnoozeError (wrapped) when the chat's lane is backing off.
 func (s *ChunkSender) Send(ctx context.Context, r Reply) (Delivery, error) {
 	if r.Channel == nil {
 		return Delivery{}, errors.New("outbound: reply has no channel")
@@ -192,25 +422,58 @@ func (s *ChunkSender) Send(ctx context.Context, r Reply) (Delivery, error) {
 	unlock := s.lock(r.SessionKey)
 	defer unlock()
 
-	limit := channel.LimitOf(r.Channel)
-	draft := Draft{TurnID: r.TurnID, SessionKey: r.SessionKey, Chat: r.Chat, Code: r.Code, Reason: r.Reason}
-	for i, text := range Split(r.Text, limit, s.cfg.Split) {
-		c := Chunk{Text: text}
-		if i == 0 {
-			c.ReplyTo, c.Mentions = r.ReplyTo, r.Mentions
+	lane := LaneText
+	if len(r.Media) > 0 {
+		lane = LaneMedia
+	}
+	useLane := s.cfg.Lanes != nil && r.Chat.Kind == channel.Group
+	if useLane {
+		st, err := s.cfg.Lanes.Check(ctx, r.SessionKey, lane)
+		if err != nil {
+			return Delivery{}, fmt.Errorf("outbound: read lane: %w", err)
 		}
-		draft.Chunks = append(draft.Chunks, c)
+		if st.Drop {
+			return stopped(DroppedOutboundDelivery, fmt.Sprintf("%s lane in drop cooldown until %s", lane, st.Until.UTC().Format(time.RFC3339))), nil
+		}
+		if st.Wait {
+			return Delivery{}, s.snooze(lane, st.Until)
+		}
 	}
-	stored, err := s.cfg.Ledger.SaveDraft(ctx, draft)
-	if err != nil {
-		return Delivery{}, fmt.Errorf("outbound: save draft: %w", err)
+
+	var (
+		draft   Draft
+		resumed bool
+		slots   []Slot
+		sh      Shaped
+		err     error
+	)
+	if !r.FirstAttempt {
+		if draft, resumed, err = s.cfg.Ledger.LoadDraft(ctx, r.TurnID); err != nil {
+			return Delivery{}, fmt.Errorf("outbound: load draft: %w", err)
+		}
 	}
-	draft = stored
-	var slots []Slot
+	if !resumed {
+		var stop *Delivery
+		if draft, stop, sh = s.buildDraft(ctx, r); stop != nil {
+			return *stop, nil
+		}
+	}
 	if !r.FirstAttempt {
 		if slots, err = s.cfg.Ledger.Slots(ctx, r.TurnID); err != nil {
 			return Delivery{}, fmt.Errorf("outbound: read ledger: %w", err)
 		}
+	}
+	if len(slots) == 0 && r.Guard != nil {
+		if code, reason := r.Guard(ctx); code != "" {
+			return stopped(code, reason), nil
+		}
+	}
+	if !resumed {
+		stored, err := s.cfg.Ledger.SaveDraft(ctx, draft)
+		if err != nil {
+			return Delivery{}, fmt.Errorf("outbound: save draft: %w", err)
+		}
+		draft = stored
 	}
 	bySlot := make(map[int]Slot, len(slots))
 	for _, sl := range slots {
@@ -220,15 +483,32 @@ func (s *ChunkSender) Send(ctx context.Context, r Reply) (Delivery, error) {
 	if p, err := channel.ParseSessionKey(r.SessionKey); err == nil {
 		platform, bot = p.Platform, p.BotID
 	}
-	d := Delivery{Chunks: len(draft.Chunks), Code: draft.Code, Reason: draft.Reason}
+	d := Delivery{Chunks: len(draft.Chunks), Code: draft.Code, Reason: draft.Reason, Compressions: sh.Compressions, Usage: sh.Usage}
+
+	if r.Typing {
+		if t, ok := r.Channel.(channel.Typer); ok && len(draft.Chunks) > 0 {
+			tc := StartTyping(ctx, s.clk, t, draft.Chat, s.cfg.TypingKeepalive, s.cfg.TypingTTL)
+			defer tc.Stop()
+		}
+	}
+
+	// A merged-forward card stands for every chunk.
+	if fd, done, err := s.forward(ctx, r, draft, bySlot, platform, bot, &d); done || err != nil {
+		if err == nil {
+			s.delivered(ctx, r, useLane, lane, fd)
+		}
+		return fd, err
+	}
+
 	sentThisCall := 0
+	var history *channel.HistoryPage
 	for n, c := range draft.Chunks {
 		if sl, ok := bySlot[n]; ok {
+			ids := sl.MessageIDs
 			if sl.State != SlotSent {
-				s.log.Warn("delivery_unknown", "turn", r.TurnID, "slot", n,
-					"detail", "chunk was being sent when the previous attempt stopped; not sending it again")
+				ids = s.reconcile(ctx, r, draft, n, c, &history)
 			}
-			d.MessageIDs = append(d.MessageIDs, sl.MessageIDs...)
+			d.MessageIDs = append(d.MessageIDs, ids...)
 			d.Skipped++
 			continue
 		}
@@ -247,14 +527,17 @@ func (s *ChunkSender) Send(ctx context.Context, r Reply) (Delivery, error) {
 		if d.FirstSend.IsZero() {
 			d.FirstSend = s.clk.Now()
 		}
-		rc, err := r.Channel.Send(ctx, channel.Outgoing{
+		rc, err := s.attempt(ctx, channel.Outgoing{
 			Chat: draft.Chat, Text: c.Text, ReplyTo: c.ReplyTo, Mentions: c.Mentions, Media: c.Media, IdempotencyKey: fp,
-		})
+		}, r.Channel)
 		if err != nil {
 			if ctx.Err() == nil {
 				// The platform answered: the chunk was not delivered.
 				if cerr := s.cfg.Ledger.ClearIntent(context.WithoutCancel(ctx), r.TurnID, n); cerr != nil {
 					s.log.Error("ledger clear intent failed", "turn", r.TurnID, "slot", n, "err", cerr)
+				}
+				if useLane && channel.Classify(err) == channel.ClassTransient {
+					return s.laneFailure(ctx, r, lane, n, d, err)
 				}
 			}
 			return d, &SendError{Slot: n, Delivered: d.MessageIDs, Err: err}
@@ -274,5 +557,192 @@ func (s *ChunkSender) Send(ctx context.Context, r Reply) (Delivery, error) {
 			s.cfg.AfterSend(ctx, r, n, c, rc)
 		}
 	}
+	s.delivered(ctx, r, useLane, lane, d)
 	return d, nil
+}
+
+// delivered does the bookkeeping of a completed send.
+func (s *ChunkSender) delivered(ctx context.Context, r Reply, useLane bool, lane Lane, d Delivery) {
+	if d.FirstAck.IsZero() {
+		return // nothing sent by this call
+	}
+	bctx := context.WithoutCancel(ctx)
+	if useLane {
+		if err := s.cfg.Lanes.Succeed(bctx, r.SessionKey, lane); err != nil {
+			s.log.Error("lane reset failed", "session", r.SessionKey, "lane", lane, "err", err)
+		}
+	}
+	if s.cfg.State != nil {
+		if err := RecordBotMessage(bctx, s.cfg.State, r.SessionKey, d.FirstAck); err != nil {
+			s.log.Error("record last bot message failed", "session", r.SessionKey, "err", err)
+		}
+	}
+}
+
+func (s *ChunkSender) snooze(lane Lane, until time.Time) error {
+	wait := max(until.Sub(s.clk.Now()), time.Second)
+	return &SnoozeError{Lane: lane, Until: until, Err: &channel.RateLimitedError{RetryAfter: wait}}
+}
+
+// laneFailure records a transient group send failure on the lane.
+func (s *ChunkSender) laneFailure(ctx context.Context, r Reply, lane Lane, n int, d Delivery, cause error) (Delivery, error) {
+	st, err := s.cfg.Lanes.Fail(context.WithoutCancel(ctx), r.SessionKey, lane)
+	if err != nil {
+		s.log.Error("lane failure not recorded", "session", r.SessionKey, "lane", lane, "err", err)
+		return d, &SendError{Slot: n, Delivered: d.MessageIDs, Err: cause}
+	}
+	if st.Drop {
+		d.Stopped, d.Code = true, DroppedOutboundDelivery
+		d.Reason = fmt.Sprintf("%s lane failing for 30 min; dropped (%v)", lane, cause)
+		return d, nil
+	}
+	return d, &SendError{Slot: n, Delivered: d.MessageIDs, Err: fmt.Errorf("%w (cause: %w)", s.snooze(lane, st.Until), cause)}
+}
+
+// attempt sends one chunk: media-validation rejections retry after 700 ms
+// × attempt up to MediaAttempts attempts in all; a rate limit of at most
+// RateLimitInline is waited out once; every other error returns.
+func (s *ChunkSender) attempt(ctx context.Context, out channel.Outgoing, ch channel.Channel) (channel.Receipt, error) {
+	waited := false
+	for attempt := 1; ; attempt++ {
+		if s.cfg.RenewMedia != nil && len(out.Media) > 0 {
+			m, err := s.cfg.RenewMedia(ctx, slices.Clone(out.Media))
+			if err != nil {
+				return channel.Receipt{}, fmt.Errorf("renew media links: %w", err)
+			}
+			out.Media = m
+		}
+		rc, err := ch.Send(ctx, out)
+		if err == nil {
+			return rc, nil
+		}
+		if ctx.Err() != nil {
+			return rc, err
+		}
+		var rl *channel.RateLimitedError
+		switch {
+		case channel.Classify(err) == channel.ClassMediaInvalid && attempt < s.cfg.MediaAttempts:
+			s.log.Info("media rejected; retrying", "attempt", attempt, "err", err)
+			if !clock.Sleep(s.clk, ctx.Done(), time.Duration(attempt)*s.cfg.MediaRetryStep) {
+				return rc, ctx.Err()
+			}
+		case !waited && errors.As(err, &rl) && rl.RetryAfter > 0 && rl.RetryAfter <= s.cfg.RateLimitInline:
+			waited = true
+			if !clock.Sleep(s.clk, ctx.Done(), rl.RetryAfter) {
+				return rc, ctx.Err()
+			}
+		default:
+			return rc, err
+		}
+	}
+}
+
+// reconcile settles a slot left as an intent: it looks for the chunk among
+// the bot's own messages in the chat's history (channel.HistoryFetcher).
+// Found: the slot is marked sent with that id. Not found or not fetchable:
+// treated as sent and logged delivery_unknown.
+func (s *ChunkSender) reconcile(ctx context.Context, r Reply, draft Draft, n int, c Chunk, page **channel.HistoryPage) []string {
+	if hf, ok := r.Channel.(channel.HistoryFetcher); ok && c.Text != "" {
+		if *page == nil {
+			p, err := hf.FetchHistory(ctx, channel.HistoryQuery{Chat: draft.Chat, Limit: 50})
+			if err != nil {
+				s.log.Info("reconciliation history fetch failed", "turn", r.TurnID, "err", err)
+				p = channel.HistoryPage{}
+			}
+			*page = &p
+		}
+		for _, ev := range (*page).Events {
+			if ev.Kind == channel.KindSelf && strings.TrimSpace(ev.Text()) == c.Text && ev.MessageID != "" {
+				ids := []string{ev.MessageID}
+				if err := s.cfg.Ledger.MarkSent(context.WithoutCancel(ctx), r.TurnID, n, ids, ev.Time); err != nil {
+					s.log.Error("ledger mark sent failed", "turn", r.TurnID, "slot", n, "err", err)
+				}
+				s.log.Info("delivery_reconciled", "turn", r.TurnID, "slot", n, "message_id", ev.MessageID)
+				return ids
+			}
+		}
+	}
+	s.log.Warn("delivery_unknown", "turn", r.TurnID, "slot", n,
+		"detail", "chunk was being sent when the previous attempt stopped; not sending it again")
+	return nil
+}
+
+// forward sends the draft as one merged-forward card when the channel can
+// and the reply is over the threshold. done=true means fd is the result.
+func (s *ChunkSender) forward(ctx context.Context, r Reply, draft Draft, bySlot map[int]Slot, platform, bot string, d *Delivery) (fd Delivery, done bool, err error) {
+	fs, ok := r.Channel.(channel.ForwardSender)
+	if sl, had := bySlot[ForwardSlot]; had {
+		// An earlier attempt sent (or was sending) the card.
+		if sl.State != SlotSent {
+			s.log.Warn("delivery_unknown", "turn", r.TurnID, "slot", ForwardSlot, "detail", "merged-forward card outcome unknown; not sending it again")
+		}
+		out := *d
+		out.Forwarded, out.MessageIDs, out.Skipped = true, sl.MessageIDs, len(draft.Chunks)
+		return out, true, nil
+	}
+	if !ok || s.cfg.Forward.Off || len(bySlot) > 0 || len(draft.Chunks) < 2 {
+		return Delivery{}, false, nil
+	}
+	total := 0
+	var nodes []channel.ForwardNode
+	var texts []string
+	for _, c := range draft.Chunks {
+		if len(c.Media) > 0 {
+			return Delivery{}, false, nil // cards carry text only
+		}
+		total += utf8.RuneCountInString(c.Text)
+		texts = append(texts, c.Text)
+		nodes = append(nodes, channel.ForwardNode{Name: s.cfg.Forward.Name, UserID: bot, Text: c.Text})
+	}
+	if total < s.cfg.Forward.MinChars && len(draft.Chunks) < s.cfg.Forward.MinChunks {
+		return Delivery{}, false, nil
+	}
+	if chk := s.cfg.Forward.Check; chk != nil {
+		safe, err := chk(ctx, strings.Join(texts, "\n\n"))
+		switch {
+		case err != nil && ctx.Err() != nil:
+			return *d, true, err
+		case err != nil:
+			s.log.Info("forward safety check failed; sending chunks", "turn", r.TurnID, "err", err)
+			return Delivery{}, false, nil
+		case !safe:
+			out := stopped(DroppedForwardUnsafe, "merged-forward text stopped by its account-safety check")
+			return out, true, nil
+		}
+	}
+	fp := Fingerprint(platform, bot, draft.Chat, ForwardSlot, Chunk{Text: strings.Join(texts, "\x00")})
+	if err := s.cfg.Ledger.MarkIntent(ctx, r.TurnID, ForwardSlot, fp); err != nil {
+		return *d, true, &SendError{Slot: ForwardSlot, Err: fmt.Errorf("ledger intent: %w", err)}
+	}
+	d.FirstSend = s.clk.Now()
+	rc, err := fs.SendForward(ctx, draft.Chat, nodes)
+	if err != nil {
+		if ctx.Err() != nil {
+			return *d, true, &SendError{Slot: ForwardSlot, Err: err}
+		}
+		if cerr := s.cfg.Ledger.ClearIntent(context.WithoutCancel(ctx), r.TurnID, ForwardSlot); cerr != nil {
+			// The card's outcome is now ambiguous to a retry; stay safe.
+			s.log.Error("ledger clear intent failed", "turn", r.TurnID, "slot", ForwardSlot, "err", cerr)
+			return *d, true, &SendError{Slot: ForwardSlot, Err: err}
+		}
+		if channel.Classify(err).Definitive() || channel.Classify(err) == channel.ClassOffline {
+			return *d, true, &SendError{Slot: ForwardSlot, Err: err}
+		}
+		s.log.Info("merged-forward card failed; sending chunks", "turn", r.TurnID, "err", err)
+		d.FirstSend = time.Time{}
+		return Delivery{}, false, nil
+	}
+	now := s.clk.Now()
+	d.FirstAck = now
+	if err := s.cfg.Ledger.MarkSent(context.WithoutCancel(ctx), r.TurnID, ForwardSlot, rc.MessageIDs, now); err != nil {
+		s.log.Error("ledger mark sent failed", "turn", r.TurnID, "slot", ForwardSlot, "err", err)
+	}
+	out := *d
+	out.Forwarded, out.MessageIDs = true, slices.Clone(rc.MessageIDs)
+	if s.cfg.AfterSend != nil {
+		for n, c := range draft.Chunks {
+			s.cfg.AfterSend(ctx, r, n, c, rc)
+		}
+	}
+	return out, true, nil
 }

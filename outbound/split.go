@@ -79,7 +79,157 @@ func Split(text string, limit channel.TextLimit, opt SplitOptions) []string {
 		if part == "" {
 			continue
 		}
-		out = append(out, splitToLimit(part, limit)...)
+		out = append(out, splitPart(part, limit)...)
+	}
+	return out
+}
+
+// splitPart cuts one message part to the limit. A part with fenced code
+// blocks is cut around them: prose at natural boundaries, code between
+// lines, each piece of a block closed with a fence and the next one
+// reopened ("```"), and the pieces packed back together while they fit.
+// When the limit is too narrow for fences the part is split as prose.
+func splitPart(s string, limit channel.TextLimit) []string {
+	if limit.Max <= 0 || Measure(s, limit.Unit) <= limit.Max {
+		return []string{s}
+	}
+	if !strings.Contains(s, "```") {
+		return splitToLimit(s, limit)
+	}
+	segs := fenceSegments(s)
+	hasCode := false
+	for _, sg := range segs {
+		hasCode = hasCode || sg.code
+	}
+	if !hasCode {
+		return splitToLimit(s, limit)
+	}
+	var pieces []string
+	for _, sg := range segs {
+		if sg.code {
+			pieces = append(pieces, splitCode(sg.text, limit)...)
+			continue
+		}
+		if t := strings.TrimSpace(sg.text); t != "" {
+			pieces = append(pieces, splitToLimit(t, limit)...)
+		}
+	}
+	// Pack neighbours back together while they fit.
+	var out []string
+	for _, p := range pieces {
+		if n := len(out); n > 0 && Measure(out[n-1], limit.Unit)+1+Measure(p, limit.Unit) <= limit.Max {
+			out[n-1] += "\n" + p
+			continue
+		}
+		out = append(out, p)
+	}
+	return out
+}
+
+// segment is prose or one fenced code block (fence lines included).
+type segment struct {
+	text string
+	code bool
+}
+
+// fenceSegments cuts s into prose and fenced code blocks. An unclosed fence
+// runs to the end of s.
+func fenceSegments(s string) []segment {
+	var segs []segment
+	var cur strings.Builder
+	inCode := false
+	flush := func(code bool) {
+		if cur.Len() > 0 {
+			segs = append(segs, segment{text: strings.TrimSuffix(cur.String(), "\n"), code: code})
+			cur.Reset()
+		}
+	}
+	for line := range strings.SplitSeq(s, "\n") {
+		switch {
+		case isFence(line) && !inCode:
+			flush(false)
+			inCode = true
+			cur.WriteString(line + "\n")
+		case isFence(line) && inCode:
+			cur.WriteString(line + "\n")
+			flush(true)
+			inCode = false
+		default:
+			cur.WriteString(line + "\n")
+		}
+	}
+	flush(inCode)
+	return segs
+}
+
+// codeFence closes a code piece and reopens the next one.
+const codeFence = "```"
+
+// splitCode cuts one fenced block into pieces that fit the limit, each a
+// complete block: the first keeps the opening fence line (with its
+// language), later ones reopen with a bare fence, and every piece is
+// closed. Lines are kept whole unless one alone is too long.
+func splitCode(block string, limit channel.TextLimit) []string {
+	if Measure(block, limit.Unit) <= limit.Max {
+		return []string{block}
+	}
+	lines := strings.Split(block, "\n")
+	open := strings.TrimSpace(lines[0])
+	body := lines[1:]
+	if n := len(body); n > 0 && strings.TrimSpace(body[n-1]) == codeFence {
+		body = body[:n-1]
+	}
+	budget := func(first bool) int {
+		o := codeFence
+		if first {
+			o = open
+		}
+		return limit.Max - Measure(o+"\n\n"+codeFence, limit.Unit)
+	}
+	if budget(true) < 4 || budget(false) < 4 {
+		// Too narrow for fences: split as prose.
+		return splitToLimit(block, limit)
+	}
+	var bodies []string
+	var cur []string
+	curLen := 0
+	flush := func() {
+		if t := strings.Join(cur, "\n"); strings.TrimSpace(t) != "" {
+			bodies = append(bodies, t)
+		}
+		cur, curLen = nil, 0
+	}
+	for _, ln := range body {
+		b := budget(len(bodies) == 0)
+		n := Measure(ln, limit.Unit)
+		switch {
+		case n > b:
+			flush()
+			for ln != "" {
+				cut := fitPrefix(ln, channel.TextLimit{Unit: limit.Unit, Max: budget(len(bodies) == 0)})
+				bodies = append(bodies, ln[:cut])
+				ln = ln[cut:]
+			}
+		case len(cur) > 0 && curLen+1+n > b:
+			flush()
+			cur, curLen = []string{ln}, n
+		case len(cur) > 0:
+			cur, curLen = append(cur, ln), curLen+1+n
+		default:
+			cur, curLen = []string{ln}, n
+		}
+	}
+	flush()
+	out := make([]string, 0, len(bodies))
+	for i, b := range bodies {
+		o := codeFence
+		if i == 0 {
+			o = open
+		}
+		out = append(out, o+"\n"+b+"\n"+codeFence)
+	}
+	if len(out) == 0 {
+		return splitToLimit(block, limit)
 	}
 	return out
 }

@@ -188,7 +188,7 @@ func TestClassifyTriggerOrder(t *testing.T) {
 		rev[i], rev[j] = rev[j], rev[i]
 	}
 	require.Equal(t, route.TriggerAlias, route.Classify(all(channel.Private), id, rev))
-	require.Len(t, route.DefaultTriggers(), 4)
+	require.Len(t, route.DefaultTriggers(), 7)
 }
 
 func TestClassifyCustomTrigger(t *testing.T) {

@@ -1,0 +1,140 @@
+package gate_test
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/personakit/persona/clock"
+	"github.com/personakit/persona/gate"
+	"github.com/personakit/persona/gate/gatetest"
+)
+
+// countingFlags wraps a Flags, counting reads and letting a test hook into
+// them.
+type countingFlags struct {
+	gate.Flags
+	reads  atomic.Int32
+	onRead func()
+}
+
+func (c *countingFlags) GetFlag(ctx context.Context, s, sub, n string) (gate.Flag, bool, error) {
+	c.reads.Add(1)
+	f, ok, err := c.Flags.GetFlag(ctx, s, sub, n)
+	if c.onRead != nil {
+		c.onRead()
+	}
+	return f, ok, err
+}
+
+func TestFlagCacheConformance(t *testing.T) {
+	t.Parallel()
+	gatetest.RunFlags(t, func(*testing.T) gate.Flags {
+		return gate.NewFlagCache(gatetest.NewFlags(), gate.FlagCacheConfig{})
+	})
+}
+
+func TestFlagCacheReadsOnce(t *testing.T) {
+	t.Parallel()
+	clk := clock.NewFake(t0)
+	inner := &countingFlags{Flags: gatetest.NewFlags()}
+	c := gate.NewFlagCache(inner, gate.FlagCacheConfig{Clock: clk})
+	ctx := t.Context()
+	for range 3 {
+		_, ok, err := c.GetFlag(ctx, "s", "", "n")
+		require.NoError(t, err)
+		require.False(t, ok)
+	}
+	require.EqualValues(t, 1, inner.reads.Load(), "absence is cached too")
+
+	require.NoError(t, c.SetFlag(ctx, gate.Flag{SessionKey: "s", Name: "n", Until: t0.Add(time.Hour), Value: "v"}))
+	f, ok, err := c.GetFlag(ctx, "s", "", "n")
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, "v", f.Value, "a write through the cache is seen at once")
+	require.EqualValues(t, 1, inner.reads.Load())
+	stored, ok, err := inner.Flags.GetFlag(ctx, "s", "", "n")
+	require.NoError(t, err)
+	require.True(t, ok, "written through to the store")
+	require.Equal(t, "v", stored.Value)
+
+	require.NoError(t, c.ClearFlag(ctx, "s", "", "n"))
+	_, ok, _ = c.GetFlag(ctx, "s", "", "n")
+	require.False(t, ok)
+	require.EqualValues(t, 1, inner.reads.Load())
+
+	// A write that bypassed the cache is seen after the TTL.
+	require.NoError(t, inner.SetFlag(ctx, gate.Flag{SessionKey: "s", Name: "n", Value: "outside"}))
+	_, ok, _ = c.GetFlag(ctx, "s", "", "n")
+	require.False(t, ok)
+	clk.Advance(time.Minute)
+	f, ok, _ = c.GetFlag(ctx, "s", "", "n")
+	require.True(t, ok)
+	require.Equal(t, "outside", f.Value)
+	require.EqualValues(t, 2, inner.reads.Load())
+}
+
+func TestFlagCacheNoExpiry(t *testing.T) {
+	t.Parallel()
+	clk := clock.NewFake(t0)
+	inner := &countingFlags{Flags: gatetest.NewFlags()}
+	c := gate.NewFlagCache(inner, gate.FlagCacheConfig{Clock: clk, TTL: -1})
+	_, _, _ = c.GetFlag(t.Context(), "s", "", "n")
+	clk.Advance(24 * time.Hour)
+	_, _, _ = c.GetFlag(t.Context(), "s", "", "n")
+	require.EqualValues(t, 1, inner.reads.Load())
+}
+
+func TestFlagCacheErrors(t *testing.T) {
+	t.Parallel()
+	inner := gatetest.NewFlags()
+	c := gate.NewFlagCache(inner, gate.FlagCacheConfig{})
+	ctx := t.Context()
+	require.NoError(t, c.SetFlag(ctx, gate.Flag{SessionKey: "s", Name: "n", Value: "cached"}))
+	inner.FailWith(errBroken)
+	require.ErrorIs(t, c.SetFlag(ctx, gate.Flag{SessionKey: "s", Name: "n", Value: "new"}), errBroken)
+	_, _, err := c.GetFlag(ctx, "s", "", "n")
+	require.ErrorIs(t, err, errBroken, "after a failed write the key is read from the store again")
+	require.ErrorIs(t, c.ClearFlag(ctx, "s", "", "n"), errBroken)
+	_, _, err = c.GetFlag(ctx, "other", "", "n")
+	require.ErrorIs(t, err, errBroken, "errors are not cached")
+	inner.FailWith(nil)
+	f, ok, err := c.GetFlag(ctx, "s", "", "n")
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, "cached", f.Value)
+}
+
+// TestFlagCacheRacingFill: a read that started before a write must not
+// put its older value into the cache.
+func TestFlagCacheRacingFill(t *testing.T) {
+	t.Parallel()
+	inner := &countingFlags{Flags: gatetest.NewFlags()}
+	c := gate.NewFlagCache(inner, gate.FlagCacheConfig{})
+	ctx := t.Context()
+	inner.onRead = func() {
+		inner.onRead = nil
+		// The write lands between the store read and the cache fill.
+		require.NoError(t, c.SetFlag(ctx, gate.Flag{SessionKey: "s", Name: "n", Value: "new"}))
+	}
+	_, ok, err := c.GetFlag(ctx, "s", "", "n")
+	require.NoError(t, err)
+	require.False(t, ok, "the racing read returns what it read")
+	f, ok, err := c.GetFlag(ctx, "s", "", "n")
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, "new", f.Value, "but did not overwrite the newer cached value")
+}
+
+func TestFlagCacheBounded(t *testing.T) {
+	t.Parallel()
+	c := gate.NewFlagCache(gatetest.NewFlags(), gate.FlagCacheConfig{Max: 8})
+	for i := range 100 {
+		_, _, err := c.GetFlag(t.Context(), "s", string(rune('a'+i%26))+string(rune('a'+i/26)), "n")
+		require.NoError(t, err)
+		require.LessOrEqual(t, c.Len(), 8)
+	}
+}

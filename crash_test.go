@@ -344,6 +344,7 @@ func TestCrashChild(t *testing.T) {
 		RenewEvery: 300 * time.Millisecond,
 		ClaimPoll:  100 * time.Millisecond,
 		NoPacing:   true,
+		NoRouter:   true,
 		Logger:     slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 	})
 	require.NoError(t, err)

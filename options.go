@@ -58,17 +58,36 @@ type Options struct {
 	// Zone is the time zone of the clock line in prompts (default UTC).
 	Zone *time.Location
 
-	// Model answers every model call (required unless Runner needs none).
+	// Model answers every model call (required unless Runner needs none):
+	// generation, the proactive router, the audit and dedup, compression.
 	Model agent.Model
+
+	// Policy is the bot's reply policy and Groups its per-group overrides
+	// (keyed by chat id, or "<platform>:<chat id>"); zero = SPEC defaults.
+	Policy gate.Policy
+	Groups map[string]gate.GroupPolicy
+	// Flags overrides the store's session flags (stop windows, pauses,
+	// mutes, cooldowns, lanes). The pipeline reads them through one cache.
+	Flags gate.Flags
+	// NoRouter turns the default model-rated proactive router off: then
+	// only direct messages are answered (ignored_proactive_off).
+	NoRouter bool
+	// AuditDisabled turns the pre-send audit off for a session (default:
+	// on everywhere).
+	AuditDisabled func(sessionKey string) bool
+	// Secrets are credential values masked in every outgoing message.
+	Secrets []string
 	// Triggers replace route.DefaultTriggers.
 	Triggers []route.Trigger
 	// Gates replace the default gate chain.
 	Gates gate.Chain
-	// Router rates unprompted group messages; nil = proactive replies off.
+	// Router rates unprompted group messages (default: route.New over
+	// Model, unless NoRouter).
 	Router route.Router
 	// Runner generates replies (default agent.SingleCall).
 	Runner agent.Runner
-	// Reviewer reviews drafts (default outbound.BasicReviewer).
+	// Reviewer reviews drafts (default outbound.NewReviewer over Model; with
+	// no Model, outbound.BasicReviewer).
 	Reviewer outbound.Reviewer
 	// Sender delivers replies (default outbound.NewSender over Ledger).
 	Sender outbound.Sender
@@ -174,9 +193,6 @@ func (o *Options) applyDefaults() error {
 	if o.Runner == nil {
 		o.Runner = agent.SingleCall
 	}
-	if o.Reviewer == nil {
-		o.Reviewer = outbound.BasicReviewer
-	}
 	if o.Triggers == nil {
 		o.Triggers = route.DefaultTriggers()
 	}
@@ -195,7 +211,7 @@ func (o *Options) applyDefaults() error {
 // openStorage fills the storage ports from DB or DataDir. It returns the
 // store it opened itself (to be closed by the pipeline), if any.
 func (o *Options) openStorage() (owned *store.DB, err error) {
-	needStore := o.Queue == nil || o.History == nil || o.Ledger == nil || o.Checkpoints == nil
+	needStore := o.Queue == nil || o.History == nil || o.Ledger == nil || o.Checkpoints == nil || o.Flags == nil
 	db := o.DB
 	if needStore && db == nil {
 		if o.DataDir == "" {
@@ -221,6 +237,9 @@ func (o *Options) openStorage() (owned *store.DB, err error) {
 	}
 	if o.Checkpoints == nil {
 		o.Checkpoints = db
+	}
+	if o.Flags == nil {
+		o.Flags = db
 	}
 	if o.Journal == nil {
 		dir := o.DataDir

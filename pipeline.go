@@ -33,6 +33,10 @@ type Pipeline struct {
 	closers  []io.Closer
 	owner    string // lease owner prefix: process uuid
 	gates    gate.Chain
+	rules    *gate.Rules
+	flags    gate.Flags // the store's flags behind one cache
+	router   route.Router
+	reviewer outbound.Reviewer
 	admit    gate.AdmissionPolicy
 	identity route.Identity
 	sender   outbound.Sender
@@ -42,11 +46,11 @@ type Pipeline struct {
 	wake     chan struct{}
 	replySem chan struct{}
 
-	mu       sync.Mutex
-	channels map[string]*chanState // by "<platform>/<bot id>" and by platform
-	states   []*chanState          // every channel once, in registration order
+	mu             sync.Mutex
+	channels       map[string]*chanState // by "<platform>/<bot id>" and by platform
+	states         []*chanState          // every channel once, in registration order
 	checkpointKeys []string
-	cutoff   time.Time             // for events of channels the pipeline does not run
+	cutoff         time.Time // for events of channels the pipeline does not run
 
 	stats Stats
 }
@@ -96,21 +100,9 @@ func New(opt Options) (*Pipeline, error) {
 	if fj, ok := opt.Journal.(io.Closer); ok && opt.Journal != nil {
 		p.closers = append(p.closers, fj)
 	}
-	p.gates = opt.Gates
-	if p.gates == nil {
-		p.gates = DefaultGates(opt.Router != nil)
-	}
-	p.sender = opt.Sender
-	if p.sender == nil {
-		s, err := outbound.NewSender(outbound.SenderConfig{
-			Ledger: opt.Ledger, Clock: opt.Clock, NoPacing: opt.NoPacing, Logger: opt.Logger,
-			AfterSend: p.afterSend,
-		})
-		if err != nil {
-			_ = p.Close()
-			return nil, err
-		}
-		p.sender = s
+	if err := p.buildStages(); err != nil {
+		_ = p.Close()
+		return nil, err
 	}
 	p.replayer = inbound.NewReplayer(opt.Journal, opt.Queue, inbound.ReplayOptions{
 		Clock: opt.Clock, Logger: opt.Logger,
@@ -136,12 +128,78 @@ func New(opt Options) (*Pipeline, error) {
 	return p, nil
 }
 
-// DefaultGates returns the default deterministic gate chain. proactive says
-// whether unprompted messages may go on to a router.
-func DefaultGates(proactive bool) gate.Chain {
-	return gate.Chain{
-		gate.ProactiveSwitch(func(*gate.Turn) bool { return proactive }),
+// buildStages fills in the default stages for the zero Options fields:
+// the gate chain compiled from the policy, the model-rated router, the
+// model-backed reviewer and the chunked sender with lanes. Every stage that
+// keeps session state uses the same flag cache over the store.
+func (p *Pipeline) buildStages() error {
+	opt := &p.opt
+	p.flags = gate.NewFlagCache(opt.Flags, gate.FlagCacheConfig{Clock: p.clk})
+	p.router = opt.Router
+	rules, err := gate.Compile(gate.Config{
+		Policy: opt.Policy, Groups: opt.Groups, Flags: p.flags, Quota: gate.NewFlagQuota(p.flags),
+		NoRouter: opt.Router == nil && (opt.NoRouter || opt.Model == nil), Clock: p.clk, Logger: p.log,
+	})
+	if err != nil {
+		return fmt.Errorf("persona: %w", err)
 	}
+	p.rules = rules
+	p.gates = opt.Gates
+	if p.gates == nil {
+		p.gates = rules.Chain()
+	}
+	if p.router == nil && !opt.NoRouter && opt.Model != nil {
+		r, err := route.New(route.Config{Model: opt.Model, Flags: p.flags, Settings: rules.Proactive,
+			Aliases: opt.Aliases, Clock: p.clk, Logger: p.log})
+		if err != nil {
+			return fmt.Errorf("persona: %w", err)
+		}
+		p.router = r
+	}
+	state := flagState{p.flags}
+	p.reviewer = opt.Reviewer
+	if p.reviewer == nil {
+		if opt.Model == nil {
+			p.reviewer = outbound.BasicReviewer
+		} else {
+			r, err := outbound.NewReviewer(outbound.ReviewConfig{Model: opt.Model, State: state, Clock: p.clk,
+				Logger: p.log, AuditDisabled: opt.AuditDisabled})
+			if err != nil {
+				return fmt.Errorf("persona: %w", err)
+			}
+			p.reviewer = r
+		}
+	}
+	p.sender = opt.Sender
+	if p.sender == nil {
+		lanes, err := outbound.NewLanes(outbound.LanesConfig{State: state, Clock: p.clk, Logger: p.log})
+		if err != nil {
+			return fmt.Errorf("persona: %w", err)
+		}
+		s, err := outbound.NewSender(outbound.SenderConfig{
+			Ledger: opt.Ledger, Clock: p.clk, NoPacing: opt.NoPacing, Logger: p.log,
+			AfterSend: p.afterSend, Compressor: opt.Model, Secrets: opt.Secrets, State: state, Lanes: lanes,
+		})
+		if err != nil {
+			return fmt.Errorf("persona: %w", err)
+		}
+		p.sender = s
+	}
+	return nil
+}
+
+// flagState adapts the session flags to outbound's state port; the two
+// describe the same rows (the review opens stop windows and pauses that the
+// gates read).
+type flagState struct{ f gate.Flags }
+
+func (s flagState) GetState(ctx context.Context, sessionKey, subject, name string) (outbound.State, bool, error) {
+	f, ok, err := s.f.GetFlag(ctx, sessionKey, subject, name)
+	return outbound.State{SessionKey: f.SessionKey, Subject: f.Subject, Name: f.Name, Until: f.Until, Value: f.Value}, ok, err
+}
+
+func (s flagState) SetState(ctx context.Context, st outbound.State) error {
+	return s.f.SetFlag(ctx, gate.Flag{SessionKey: st.SessionKey, Subject: st.Subject, Name: st.Name, Until: st.Until, Value: st.Value})
 }
 
 // Close releases what New opened (the store and journal it opened itself).

@@ -61,6 +61,7 @@ func newHarness(t *testing.T, model *agenttest.Model, tweak func(*persona.Option
 		Model:    model,
 		Clock:    h.clk,
 		NoPacing: true,
+		NoRouter: true, // tests that rate unprompted messages turn it back on
 		OnOutcome: func(id string, o inbound.Outcome) {
 			h.mu.Lock()
 			h.outcomes[id] = o
@@ -166,12 +167,24 @@ func TestDirectPrivateMessageIsAnswered(t *testing.T) {
 	h.model.Otherwise(agenttest.Reply("sure"))
 	h.outcome(h.say(dmAlice, alice, "and again"))
 	var hist []string
-	for _, m := range h.model.Last().Messages {
+	for _, m := range lastChat(h.model).Messages {
 		hist = append(hist, string(m.Role)+"|"+m.Content)
 	}
 	require.Contains(t, hist, "assistant|hi Alice!")
 	require.Contains(t, hist, "assistant|how are you?")
 	require.Contains(t, hist, "user|Alice: hello there")
+}
+
+// lastChat returns the model's last generation request (not the router,
+// audit or dedup calls).
+func lastChat(m *agenttest.Model) agent.Request {
+	reqs := m.Requests()
+	for i := len(reqs) - 1; i >= 0; i-- {
+		if reqs[i].Purpose == agent.PurposeChat {
+			return reqs[i]
+		}
+	}
+	return agent.Request{}
 }
 
 func TestGroupMessages(t *testing.T) {

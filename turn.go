@@ -133,32 +133,59 @@ func (p *Pipeline) turn(ctx context.Context, l inbound.Lease) action {
 		}
 	}
 
+	st := p.channelFor(ev.Platform, ev.BotID)
 	trigger := route.Classify(&ev, p.identity, p.opt.Triggers)
 	t := &gate.Turn{Event: ev, SessionKey: l.SessionKey, Direct: trigger != "", Trigger: trigger,
 		Owner: p.identity.IsOwner(&ev), Now: p.clk.Now()}
-	if v := p.gates.Check(ctx, t); v.Stop {
-		return complete(v.Code, fmt.Sprintf("%s (gate %s)", v.Reason, v.Gate))
+	if st != nil {
+		t.Members, _ = st.ch.(channel.MemberLookup)
+	}
+	v := p.gates.Check(ctx, t)
+	if v.Err != nil {
+		return action{kind: actRetry, err: fmt.Errorf("gate %s: %w", v.Gate, v.Err)}
+	}
+	if v.Stop {
+		reason := fmt.Sprintf("%s (gate %s)", v.Reason, v.Gate)
+		if v.Reply != "" {
+			// Quiet hours: the notice goes out without a model call and the
+			// message records the gate's code.
+			return p.deliver(ctx, l, outbound.Verdict{Send: true, Text: v.Reply, Code: v.Code, Reason: reason}, inbound.Outcome{})
+		}
+		return complete(v.Code, reason)
 	}
 	rec := inbound.Outcome{Timings: inbound.Timings{GatesDone: p.clk.Now()}}
+	var hist []memory.Entry
+	chatIn := false
 	if !t.Direct {
-		if p.opt.Router == nil {
+		if p.router == nil {
 			return complete(gate.IgnoredProactiveOff, "not addressed to the bot and no router is configured")
 		}
-		recent, err := p.recent(ctx, l)
-		if err != nil {
+		var err error
+		if hist, err = p.recent(ctx, l); err != nil {
 			return action{kind: actRetry, err: err}
 		}
 		in := route.Input{Event: ev, SessionKey: l.SessionKey, Owner: t.Owner}
-		for _, e := range recent {
+		for _, e := range hist {
 			in.Recent = append(in.Recent, e.Event)
 		}
-		dec, err := p.opt.Router.Route(ctx, in)
+		dec, err := p.router.Route(ctx, in)
+		for range dec.Calls {
+			p.countModelCall(ctx, &ev)
+		}
+		if dec.Calls > 0 {
+			rec.Tokens = append(rec.Tokens, tokens(agent.PurposeRouter, dec.Model, dec.Usage))
+		}
 		if err != nil {
+			if ctx.Err() != nil {
+				return action{kind: actRelease}
+			}
 			return complete(route.IgnoredRouterFailed, "router failed: "+err.Error())
 		}
 		if !dec.Reply {
-			return complete(dec.Code, dec.Reason)
+			rec.Code, rec.Reason = dec.Code, dec.Reason
+			return action{kind: actComplete, outcome: rec}
 		}
+		rec.Reason, chatIn = dec.Reason, dec.ChatInPass
 	}
 
 	// Generation and sending share the global reply slots.
@@ -169,7 +196,14 @@ func (p *Pipeline) turn(ctx context.Context, l inbound.Lease) action {
 	}
 	defer func() { <-p.replySem }()
 
-	text, usage, err := p.generate(ctx, l, t, &rec)
+	if hist == nil {
+		var err error
+		if hist, err = p.recent(ctx, l); err != nil {
+			return action{kind: actRetry, err: err}
+		}
+	}
+	p.countModelCall(ctx, &ev)
+	text, usage, err := p.generate(ctx, l, t, hist, &rec)
 	if err != nil {
 		if ctx.Err() != nil {
 			return action{kind: actRelease}
@@ -183,18 +217,71 @@ func (p *Pipeline) turn(ctx context.Context, l inbound.Lease) action {
 		return p.deliver(ctx, l, outbound.Verdict{Send: true, Text: ErrorLine, Code: outcome.RepliedError,
 			Reason: "generation failed: " + err.Error()}, rec)
 	}
-	rec.Tokens = append(rec.Tokens, inbound.Tokens{Purpose: agent.PurposeChat, Model: usage.model,
-		Input: usage.InputTokens, CachedInput: usage.CachedInputTokens, Output: usage.OutputTokens})
-	v, err := p.opt.Reviewer.Review(ctx, outbound.Proposal{TurnID: l.ID, SessionKey: l.SessionKey, Event: ev,
-		Text: text, Direct: t.Direct, Owner: t.Owner})
+	rec.Tokens = append(rec.Tokens, tokens(agent.PurposeChat, usage.model, usage.Usage))
+	prop := p.proposal(l, t, st, text, hist)
+	v2, err := p.reviewer.Review(ctx, prop)
+	if err == nil && v2.Regenerate {
+		// No image-description stage exists yet: review the same draft as
+		// generated from descriptions, so the review does not ask again.
+		prop.FromDescriptions = true
+		v2, err = p.reviewer.Review(ctx, prop)
+	}
 	if err != nil {
+		if ctx.Err() != nil {
+			return action{kind: actRelease}
+		}
 		return action{kind: actRetry, err: fmt.Errorf("review: %w", err)}
 	}
-	if !v.Send {
-		rec.Code, rec.Reason, rec.Stage = v.Code, v.Reason, inbound.StageGenerated
+	for _, u := range v2.Usage {
+		rec.Tokens = append(rec.Tokens, tokens(u.Purpose, u.Model, u.Usage))
+	}
+	if !v2.Send {
+		rec.Code, rec.Reason, rec.Stage = v2.Code, v2.Reason, inbound.StageGenerated
 		return action{kind: actComplete, outcome: rec}
 	}
-	return p.deliver(ctx, l, v, rec)
+	act := p.deliver(ctx, l, v2, rec)
+	if chatIn && act.kind == actComplete && act.outcome.Code.Replied() {
+		if cr, ok := p.router.(interface {
+			ChatReplySent(context.Context, string, *channel.Event, time.Time) error
+		}); ok {
+			if err := cr.ChatReplySent(context.WithoutCancel(ctx), l.SessionKey, &ev, p.clk.Now()); err != nil {
+				p.log.Warn("start chat cooldown", "session", l.SessionKey, "err", err)
+			}
+		}
+	}
+	return act
+}
+
+// countModelCall records one model call against the quotas.
+func (p *Pipeline) countModelCall(ctx context.Context, ev *channel.Event) {
+	if err := p.rules.RecordModelCall(ctx, ev, p.clk.Now()); err != nil {
+		p.log.Warn("record model call", "err", err)
+	}
+}
+
+func tokens(purpose, model string, u agent.Usage) inbound.Tokens {
+	return inbound.Tokens{Purpose: purpose, Model: model, Input: u.InputTokens, CachedInput: u.CachedInputTokens, Output: u.OutputTokens}
+}
+
+// proposal collects what the reviewer needs about the turn.
+func (p *Pipeline) proposal(l inbound.Lease, t *gate.Turn, st *chanState, text string, hist []memory.Entry) outbound.Proposal {
+	ev := l.Event
+	prop := outbound.Proposal{TurnID: l.ID, SessionKey: l.SessionKey, Event: ev, Text: text,
+		Direct: t.Direct, Owner: t.Owner, HasImages: ev.Has(channel.SegImage), PeerIsBot: ev.Sender.IsBot,
+		MentionsBot: t.Trigger == route.TriggerMention || t.Trigger == route.TriggerQuote || t.Trigger == route.TriggerAlias}
+	if st != nil {
+		if ar, ok := st.ch.(channel.AccountRisk); ok {
+			prop.AccountRisk = ar.AccountRisk()
+		}
+	}
+	for _, e := range hist {
+		fromBot := e.Direction == memory.Out
+		prop.Transcript = append(prop.Transcript, outbound.Line{Speaker: speaker(&e.Event), Text: e.Event.Text(), FromBot: fromBot})
+		if fromBot {
+			prop.Recent = append(prop.Recent, outbound.BotReply{Text: e.Event.Text(), At: e.Event.Time})
+		}
+	}
+	return prop
 }
 
 type usageInfo struct {
@@ -221,11 +308,7 @@ func (p *Pipeline) recent(ctx context.Context, l inbound.Lease) ([]memory.Entry,
 	return out, nil
 }
 
-func (p *Pipeline) generate(ctx context.Context, l inbound.Lease, t *gate.Turn, rec *inbound.Outcome) (string, usageInfo, error) {
-	hist, err := p.recent(ctx, l)
-	if err != nil {
-		return "", usageInfo{}, err
-	}
+func (p *Pipeline) generate(ctx context.Context, l inbound.Lease, t *gate.Turn, hist []memory.Entry, rec *inbound.Outcome) (string, usageInfo, error) {
 	in := agent.PromptInput{Persona: p.opt.Persona, Rules: p.opt.Rules, Now: p.clk.Now(), Zone: p.opt.Zone,
 		Current: agent.Line{Speaker: speaker(&l.Event), Text: l.Event.Text()}}
 	for _, e := range hist {
@@ -264,17 +347,29 @@ func (p *Pipeline) deliver(ctx context.Context, l inbound.Lease, v outbound.Verd
 		return action{kind: actSnooze, at: p.clk.Now().Add(p.opt.OfflineRetry), err: channel.ErrOffline}
 	}
 	r := outbound.Reply{TurnID: l.ID, SessionKey: l.SessionKey, Channel: st.ch, Chat: ev.Chat,
-		Text: v.Text, Code: v.Code, Reason: v.Reason, FirstAttempt: l.Claims == 1}
+		Text: v.Text, Code: v.Code, Reason: v.Reason, FirstAttempt: l.Claims == 1,
+		CurrentMessageID: ev.MessageID, Typing: l.Priority == inbound.PriorityDirect,
+		Guard: p.sendGuard(l)}
 	if ev.Chat.Kind == channel.Group {
 		r.ReplyTo = ev.MessageID
 	}
 	d, err := p.sender.Send(ctx, r)
 	if err == nil {
-		if d.FirstSend.IsZero() && len(d.MessageIDs) == 0 && d.Chunks == 0 {
-			rec.Code, rec.Reason, rec.Stage = v.Code, v.Reason, inbound.StageGenerated
+		reason := d.Reason
+		if rec.Reason != "" && d.Code.Replied() {
+			reason = rec.Reason // the router's decisive reason
+		}
+		if d.Stopped || (d.FirstSend.IsZero() && len(d.MessageIDs) == 0 && d.Chunks == 0) {
+			rec.Code, rec.Reason, rec.Stage = d.Code, d.Reason, inbound.StageGenerated
+			if rec.Code == "" {
+				rec.Code, rec.Reason = v.Code, v.Reason
+			}
+			if len(d.MessageIDs) > 0 {
+				rec.Stage, rec.OutboundIDs = inbound.StageAcknowledged, d.MessageIDs
+			}
 			return action{kind: actComplete, outcome: rec}
 		}
-		rec.Code, rec.Reason = d.Code, d.Reason
+		rec.Code, rec.Reason = d.Code, reason
 		rec.Stage = inbound.StageAcknowledged
 		rec.OutboundIDs = d.MessageIDs
 		rec.Timings.FirstSend, rec.Timings.FirstAck = d.FirstSend, d.FirstAck
@@ -298,6 +393,24 @@ func (p *Pipeline) deliver(ctx context.Context, l inbound.Lease, v outbound.Verd
 		}
 		return action{kind: actSnooze, at: p.clk.Now().Add(wait), err: err}
 	case c.Definitive():
+		bctx := context.WithoutCancel(ctx)
+		switch c {
+		case channel.ClassKicked:
+			if ev.Chat.Kind == channel.Group {
+				if err := gate.MarkUnavailable(bctx, p.flags, l.SessionKey, p.clk.Now(), "kicked"); err != nil {
+					p.log.Warn("mark group unavailable", "err", err)
+				}
+			}
+		case channel.ClassMuted:
+			var me *channel.MutedError
+			until := p.clk.Now().Add(10 * time.Minute)
+			if errors.As(err, &me) && !me.Until.IsZero() {
+				until = me.Until
+			}
+			if err := gate.MarkMuted(bctx, p.flags, l.SessionKey, until); err != nil {
+				p.log.Warn("mark muted", "err", err)
+			}
+		}
 		rec.Code, rec.Reason = outbound.DroppedSendRejected, "platform rejected the reply: "+err.Error()
 		rec.Stage = inbound.StageFailed
 		if len(rec.OutboundIDs) > 0 {
@@ -306,6 +419,21 @@ func (p *Pipeline) deliver(ctx context.Context, l inbound.Lease, v outbound.Verd
 		return action{kind: actComplete, outcome: rec}
 	default:
 		return action{kind: actRetry, err: err}
+	}
+}
+
+// sendGuard is checked before the first chunk: a pause that started while
+// the reply was generated (for the sender or the whole chat) stops it.
+func (p *Pipeline) sendGuard(l inbound.Lease) func(context.Context) (outcome.Code, string) {
+	return func(ctx context.Context) (outcome.Code, string) {
+		now := p.clk.Now()
+		for _, subject := range []string{l.Event.Sender.ID, ""} {
+			f, ok, err := p.flags.GetFlag(ctx, l.SessionKey, subject, gate.FlagSuppressed)
+			if err == nil && ok && f.Active(now) {
+				return gate.IgnoredResponseSuppression, "a pause started before the reply was sent"
+			}
+		}
+		return "", ""
 	}
 }
 

@@ -1,0 +1,104 @@
+package persona_test
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/personakit/persona"
+	"github.com/personakit/persona/agent"
+	"github.com/personakit/persona/agent/agenttest"
+	"github.com/personakit/persona/channel"
+	"github.com/personakit/persona/channel/chantest"
+	"github.com/personakit/persona/gate"
+	"github.com/personakit/persona/outcome"
+	"github.com/personakit/persona/route"
+)
+
+// The default stages wired together: policy gates, the model-rated router
+// with its cooldown, and the audit's group-stop window.
+
+func routerRating(directed string, score float64) string {
+	return fmt.Sprintf(`{"candidates":[{"message_id":"c1","relevance":{"directed":%q,"reason":"asked the bot"},"chat_in":{"score":%v,"reason":"fits the topic"}}]}`, directed, score)
+}
+
+// audit is an audit model answer; groupStop says whether it sees a stop
+// request.
+func audit(groupStop bool) string {
+	return fmt.Sprintf(`{"closing":{"kind":"none","confidence":0},`+
+		`"group_stop":{"requested":%v,"confidence":0.97},"loop":{"hit":false,"confidence":0},`+
+		`"safety":{"score":1},"quality":{"ok":true,"problems":[],"send_confidence":0.98},`+
+		`"refusal":{"is_refusal":false,"confidence":0}}`, groupStop)
+}
+
+func TestPolicyGatesStopBeforeAnyModelCall(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, agenttest.New(agenttest.Reply("hi")), func(o *persona.Options) {
+		o.Policy = gate.Policy{BlockedUsers: []string{"bob"}}
+	})
+	o := h.outcome(h.say(channel.Chat{Kind: channel.Private, ID: "bob"}, bob, "hello?"))
+	require.Equal(t, gate.IgnoredBlockedUser, o.Code)
+	require.Contains(t, o.Reason, "gate")
+	require.Zero(t, h.model.Calls())
+}
+
+func TestProactiveReplyThroughTheRouter(t *testing.T) {
+	t.Parallel()
+	model := agenttest.New()
+	model.OnPurpose(agent.PurposeRouter,
+		agenttest.Reply(routerRating("yes", 0.2)), // a question to the bot
+		agenttest.Reply(routerRating("no", 0.1)))  // plain chatter
+	model.OnPurpose(agent.PurposeAudit, agenttest.Reply(audit(false)))
+	model.Otherwise(agenttest.Reply("the answer is 42"))
+	h := newHarness(t, model, func(o *persona.Options) { o.NoRouter = false })
+
+	q := h.say(group1, alice, "does anyone know the answer?")
+	o := h.outcome(q)
+	require.Equal(t, outcome.RepliedProactive, o.Code)
+	require.Contains(t, o.Reason, "asked the bot", "the router's decisive reason is the record's reason")
+	require.Equal(t, "the answer is 42", h.ch.Sent()[0].Out.Text)
+	var purposes []string
+	for _, tk := range o.Tokens {
+		purposes = append(purposes, tk.Purpose)
+	}
+	require.Contains(t, purposes, agent.PurposeRouter)
+	require.Contains(t, purposes, agent.PurposeChat)
+
+	chatter := h.say(group1, bob, "lunch was good")
+	require.Equal(t, route.IgnoredChatScore, h.outcome(chatter).Code)
+	require.Len(t, h.ch.Sent(), 1)
+}
+
+func TestAuditGroupStopOpensTheStopWindow(t *testing.T) {
+	t.Parallel()
+	model := agenttest.New()
+	model.OnPurpose(agent.PurposeAudit, agenttest.Reply(audit(true)), agenttest.Reply(audit(false)))
+	model.OnPurpose(agent.PurposeRouter, agenttest.Reply(routerRating("yes", 0.9)))
+	model.Otherwise(agenttest.Reply("ok, I'll be quiet"))
+	h := newHarness(t, model, func(o *persona.Options) { o.NoRouter = false })
+
+	stop := h.say(group1, alice, "please stop talking here", chantest.MentionBot())
+	require.Equal(t, outcome.Replied, h.outcome(stop).Code, "the reply to a stop request is still sent")
+	h.clk.Advance(time.Minute)
+	later := h.say(group1, bob, "anyone up for a game?")
+	o := h.outcome(later)
+	require.Equal(t, gate.IgnoredStopRequested, o.Code, "unprompted replies stop for 10 minutes")
+	h.clk.Advance(10 * time.Minute)
+	again := h.say(group1, bob, "anyone up for a game now?")
+	require.Equal(t, outcome.RepliedProactive, h.outcome(again).Code)
+}
+
+func TestKickedMarksTheGroupUnavailable(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, agenttest.New(agenttest.Reply("hello")), nil)
+	h.ch.FailNext(1, fmt.Errorf("send: %w", channel.ErrKicked))
+	first := h.say(group1, alice, "hi bot", chantest.MentionBot())
+	require.Equal(t, "dropped_send_rejected", string(h.outcome(first).Code))
+	calls := h.model.Calls()
+	next := h.say(group1, alice, "are you still there?", chantest.MentionBot())
+	o := h.outcome(next)
+	require.Equal(t, gate.IgnoredUnavailableGroup, o.Code, "the gate stops the next message without a model call")
+	require.Equal(t, calls, h.model.Calls())
+}

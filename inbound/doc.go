@@ -28,6 +28,18 @@
 // [Journal] (an fsynced local file, see [OpenJournal]) and a replayer retries
 // it with 2 s doubling to 30 s backoff.
 //
+// A [Coordinator] per channel keeps the pipeline in step with the
+// connection: work is claimed only while the channel is connected and its
+// account online ([Coordinator.Ready]); an online checkpoint is saved every
+// 30 s; after a reconnect the replay cutoff is max(disconnect − 30 min,
+// now − 24 h) and three backfills (+1 s, +1 min, +5 min) pull what was sent
+// while the bot was away, through the channel's HistoryFetcher and
+// ChatLister: per session only the newest 3 messages that would have
+// triggered directly are queued normally, the rest are kept as history
+// only, and anything older than the cutoff ends ignored_stale. Live group
+// messages with sequence numbers feed gap detection ([Coordinator.ObserveLive]),
+// which refetches missing ranges and rechecks them at 15 s, 1 min and 3 min.
+//
 // # Implementing
 //
 // Implement [Queue] and run queuetest.Run against it. Timestamps are stored

@@ -42,6 +42,7 @@ type Pipeline struct {
 	sender   outbound.Sender
 	replayer *inbound.Replayer
 	directed *directedRegistry
+	bursts   *bursts
 
 	wake     chan struct{}
 	replySem chan struct{}
@@ -93,6 +94,7 @@ func New(opt Options) (*Pipeline, error) {
 		admit:    gate.AdmissionPolicy{Mode: opt.PrivateAdmission, Owners: opt.Owners, Allowlist: opt.PrivateAllowlist},
 		identity: route.Identity{Aliases: opt.Aliases, Owners: opt.Owners},
 		directed: newDirectedRegistry(opt.Clock),
+		bursts:   newBursts(),
 		wake:     make(chan struct{}, 1),
 		replySem: make(chan struct{}, opt.ReplyConcurrency),
 		channels: map[string]*chanState{},

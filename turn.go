@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/personakit/persona/agent"
@@ -129,7 +130,7 @@ func (p *Pipeline) turn(ctx context.Context, l inbound.Lease) action {
 		if d, ok, err := p.opt.Ledger.LoadDraft(ctx, l.ID); err != nil {
 			return action{kind: actRetry, err: fmt.Errorf("load draft: %w", err)}
 		} else if ok {
-			return p.deliver(ctx, l, outbound.Verdict{Send: true, Code: d.Code, Reason: d.Reason}, inbound.Outcome{})
+			return p.deliver(ctx, l, outbound.Verdict{Send: true, Code: d.Code, Reason: d.Reason}, inbound.Outcome{}, nil)
 		}
 	}
 
@@ -149,11 +150,24 @@ func (p *Pipeline) turn(ctx context.Context, l inbound.Lease) action {
 		if v.Reply != "" {
 			// Quiet hours: the notice goes out without a model call and the
 			// message records the gate's code.
-			return p.deliver(ctx, l, outbound.Verdict{Send: true, Text: v.Reply, Code: v.Code, Reason: reason}, inbound.Outcome{})
+			return p.deliver(ctx, l, outbound.Verdict{Send: true, Text: v.Reply, Code: v.Code, Reason: reason}, inbound.Outcome{}, nil)
 		}
 		return complete(v.Code, reason)
 	}
 	rec := inbound.Outcome{Timings: inbound.Timings{GatesDone: p.clk.Now()}}
+	var (
+		run        *runningTurn
+		companions []channel.Event
+	)
+	if t.Direct {
+		act, done, comp := p.arrive(ctx, l)
+		if done {
+			return act
+		}
+		companions = comp
+		run = p.bursts.begin(l, p.clk.Now())
+		defer p.bursts.end(l, run)
+	}
 	var hist []memory.Entry
 	chatIn := false
 	if !t.Direct {
@@ -202,44 +216,65 @@ func (p *Pipeline) turn(ctx context.Context, l inbound.Lease) action {
 			return action{kind: actRetry, err: err}
 		}
 	}
-	p.countModelCall(ctx, &ev)
-	text, usage, err := p.generate(ctx, l, t, hist, &rec)
-	if err != nil {
-		if ctx.Err() != nil {
-			return action{kind: actRelease}
+	var v2 outbound.Verdict
+	for gen := 1; ; gen++ {
+		gctx, extra := ctx, companions
+		if run != nil {
+			gctx = run.generation(ctx, gen)
+			extra = append(slices.Clone(companions), run.snapshot()[1:]...)
 		}
-		if agent.Transient(err) {
-			return action{kind: actRetry, err: err}
+		p.countModelCall(ctx, &ev)
+		text, usage, err := p.generate(gctx, l, t, hist, extra, &rec)
+		if run != nil && ctx.Err() == nil {
+			if run.stopped() {
+				return complete(outcome.SupersededFollowUp, "a newer message from the same person superseded this reply; the newer turn answers both")
+			}
+			if run.takeMerge() && gen < maxGenerations {
+				continue // regenerate with the absorbed message
+			}
 		}
-		if !t.Direct {
-			return complete(outcome.IgnoredGenerationFailed, "generation failed: "+err.Error())
+		if err != nil {
+			if ctx.Err() != nil {
+				return action{kind: actRelease}
+			}
+			if agent.Transient(err) {
+				return action{kind: actRetry, err: err}
+			}
+			if !t.Direct {
+				return complete(outcome.IgnoredGenerationFailed, "generation failed: "+err.Error())
+			}
+			return p.deliver(ctx, l, outbound.Verdict{Send: true, Text: ErrorLine, Code: outcome.RepliedError,
+				Reason: "generation failed: " + err.Error()}, rec, run)
 		}
-		return p.deliver(ctx, l, outbound.Verdict{Send: true, Text: ErrorLine, Code: outcome.RepliedError,
-			Reason: "generation failed: " + err.Error()}, rec)
-	}
-	rec.Tokens = append(rec.Tokens, tokens(agent.PurposeChat, usage.model, usage.Usage))
-	prop := p.proposal(l, t, st, text, hist)
-	v2, err := p.reviewer.Review(ctx, prop)
-	if err == nil && v2.Regenerate {
-		// No image-description stage exists yet: review the same draft as
-		// generated from descriptions, so the review does not ask again.
-		prop.FromDescriptions = true
+		rec.Tokens = append(rec.Tokens, tokens(agent.PurposeChat, usage.model, usage.Usage))
+		prop := p.proposal(l, t, st, text, hist)
 		v2, err = p.reviewer.Review(ctx, prop)
-	}
-	if err != nil {
-		if ctx.Err() != nil {
-			return action{kind: actRelease}
+		if err == nil && v2.Regenerate {
+			// No image-description stage exists yet: review the same draft
+			// as generated from descriptions, so the review does not ask
+			// again.
+			prop.FromDescriptions = true
+			v2, err = p.reviewer.Review(ctx, prop)
 		}
-		return action{kind: actRetry, err: fmt.Errorf("review: %w", err)}
-	}
-	for _, u := range v2.Usage {
-		rec.Tokens = append(rec.Tokens, tokens(u.Purpose, u.Model, u.Usage))
+		if err != nil {
+			if ctx.Err() != nil {
+				return action{kind: actRelease}
+			}
+			return action{kind: actRetry, err: fmt.Errorf("review: %w", err)}
+		}
+		for _, u := range v2.Usage {
+			rec.Tokens = append(rec.Tokens, tokens(u.Purpose, u.Model, u.Usage))
+		}
+		if run != nil && run.takeMerge() && gen < maxGenerations {
+			continue // a message arrived during the review: regenerate
+		}
+		break
 	}
 	if !v2.Send {
 		rec.Code, rec.Reason, rec.Stage = v2.Code, v2.Reason, inbound.StageGenerated
 		return action{kind: actComplete, outcome: rec}
 	}
-	act := p.deliver(ctx, l, v2, rec)
+	act := p.deliver(ctx, l, v2, rec, run)
 	if chatIn && act.kind == actComplete && act.outcome.Code.Replied() {
 		if cr, ok := p.router.(interface {
 			ChatReplySent(context.Context, string, *channel.Event, time.Time) error
@@ -308,9 +343,13 @@ func (p *Pipeline) recent(ctx context.Context, l inbound.Lease) ([]memory.Entry,
 	return out, nil
 }
 
-func (p *Pipeline) generate(ctx context.Context, l inbound.Lease, t *gate.Turn, hist []memory.Entry, rec *inbound.Outcome) (string, usageInfo, error) {
+func (p *Pipeline) generate(ctx context.Context, l inbound.Lease, t *gate.Turn, hist []memory.Entry, extra []channel.Event, rec *inbound.Outcome) (string, usageInfo, error) {
+	current := l.Event.Text()
+	for _, e := range extra { // same-turn messages answered together
+		current += "\n" + speaker(&e) + ": " + e.Text()
+	}
 	in := agent.PromptInput{Persona: p.opt.Persona, Rules: p.opt.Rules, Now: p.clk.Now(), Zone: p.opt.Zone,
-		Current: agent.Line{Speaker: speaker(&l.Event), Text: l.Event.Text()}}
+		Current: agent.Line{Speaker: speaker(&l.Event), Text: current}}
 	for _, e := range hist {
 		in.History = append(in.History, agent.Line{Speaker: speaker(&e.Event), FromBot: e.Direction == memory.Out, Text: e.Event.Text()})
 	}
@@ -337,7 +376,7 @@ func speaker(ev *channel.Event) string {
 }
 
 // deliver sends a reviewed reply and turns the result into an action.
-func (p *Pipeline) deliver(ctx context.Context, l inbound.Lease, v outbound.Verdict, rec inbound.Outcome) action {
+func (p *Pipeline) deliver(ctx context.Context, l inbound.Lease, v outbound.Verdict, rec inbound.Outcome, run *runningTurn) action {
 	ev := l.Event
 	st := p.channelFor(ev.Platform, ev.BotID)
 	if st == nil {
@@ -349,7 +388,7 @@ func (p *Pipeline) deliver(ctx context.Context, l inbound.Lease, v outbound.Verd
 	r := outbound.Reply{TurnID: l.ID, SessionKey: l.SessionKey, Channel: st.ch, Chat: ev.Chat,
 		Text: v.Text, Code: v.Code, Reason: v.Reason, FirstAttempt: l.Claims == 1,
 		CurrentMessageID: ev.MessageID, Typing: l.Priority == inbound.PriorityDirect,
-		Guard: p.sendGuard(l)}
+		Guard: p.sendGuard(l, run)}
 	if ev.Chat.Kind == channel.Group {
 		r.ReplyTo = ev.MessageID
 	}
@@ -424,8 +463,11 @@ func (p *Pipeline) deliver(ctx context.Context, l inbound.Lease, v outbound.Verd
 
 // sendGuard is checked before the first chunk: a pause that started while
 // the reply was generated (for the sender or the whole chat) stops it.
-func (p *Pipeline) sendGuard(l inbound.Lease) func(context.Context) (outcome.Code, string) {
+func (p *Pipeline) sendGuard(l inbound.Lease, run *runningTurn) func(context.Context) (outcome.Code, string) {
 	return func(ctx context.Context) (outcome.Code, string) {
+		if run != nil && !run.startSending() {
+			return outcome.SupersededFollowUp, "a newer message from the same person superseded this reply; the newer turn answers both"
+		}
 		now := p.clk.Now()
 		for _, subject := range []string{l.Event.Sender.ID, ""} {
 			f, ok, err := p.flags.GetFlag(ctx, l.SessionKey, subject, gate.FlagSuppressed)

@@ -49,6 +49,16 @@ const (
 	IgnoredGenerationFailed Code = "ignored_generation_failed"
 	// IgnoredPrivateAdmission: a private chat refused by the admission mode.
 	IgnoredPrivateAdmission Code = "ignored_private_admission"
+	// MergedIntoReply: folded into another turn's reply (a supplement or
+	// correction of a message whose reply was being generated, or a
+	// proactive companion).
+	MergedIntoReply Code = "merged_into_reply"
+	// SupersededRepeat: a repeat of a message whose reply was being
+	// generated; that reply answers it.
+	SupersededRepeat Code = "superseded_repeat"
+	// SupersededFollowUp: a sealed turn dropped before sending; a newer turn
+	// of the same person answers both.
+	SupersededFollowUp Code = "superseded_follow_up"
 )
 
 // The notice codes: a platform notice recorded in history, never queued.

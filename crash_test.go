@@ -42,6 +42,8 @@ type wireMsg struct {
 	Event   *channel.Event    `json:"event,omitempty"`
 	Out     *channel.Outgoing `json:"out,omitempty"`
 	Receipt []string          `json:"receipt,omitempty"`
+	Chat    *channel.Chat     `json:"chat,omitempty"`
+	History []channel.Event   `json:"history,omitempty"`
 }
 
 // platform is the parent side of the loopback channel.
@@ -52,6 +54,9 @@ type platform struct {
 	acked   map[string]bool
 	sends   map[string]int // by chunk fingerprint
 	texts   map[string]string
+	byText  map[string]int             // delivered chunk texts
+	chats   map[string][]channel.Event // what the bot sent, per chat (its history)
+	active  sync.WaitGroup             // serving connections
 	nextID  int
 	changed chan struct{} // closed and replaced when events are released
 }
@@ -111,8 +116,24 @@ func (pl *platform) serve(t *testing.T, conn net.Conn) {
 			id := fmt.Sprintf("p-%d", pl.nextID)
 			pl.sends[m.Out.IdempotencyKey]++
 			pl.texts[m.Out.IdempotencyKey] = m.Out.Text
+			pl.byText[m.Out.Text]++
+			pl.chats[m.Out.Chat.String()] = append(pl.chats[m.Out.Chat.String()], channel.Event{
+				Platform: "loop", BotID: "bot", Kind: channel.KindSelf, Chat: m.Out.Chat, MessageID: id,
+				Time: time.Now(), Sender: channel.Sender{ID: "bot"}, Segments: []channel.Segment{channel.Text(m.Out.Text)}})
 			pl.mu.Unlock()
+			time.Sleep(3 * time.Millisecond) // the platform takes a moment to answer
 			if write(wireMsg{Type: "receipt", ID: m.ID, Receipt: []string{id}}) != nil {
+				return
+			}
+		case "history": // newest first, like a platform's history API
+			pl.mu.Lock()
+			sent := pl.chats[m.Chat.String()]
+			page := make([]channel.Event, 0, 50)
+			for i := len(sent) - 1; i >= 0 && len(page) < 50; i-- {
+				page = append(page, sent[i])
+			}
+			pl.mu.Unlock()
+			if write(wireMsg{Type: "historypage", ID: m.ID, History: page}) != nil {
 				return
 			}
 		}
@@ -143,7 +164,8 @@ func TestCrashSafety(t *testing.T) {
 	t.Logf("seed %d", seed)
 	rng := rand.New(rand.NewPCG(seed, 7))
 
-	pl := &platform{acked: map[string]bool{}, sends: map[string]int{}, texts: map[string]string{}, changed: make(chan struct{})}
+	pl := &platform{acked: map[string]bool{}, sends: map[string]int{}, texts: map[string]string{},
+		byText: map[string]int{}, chats: map[string][]channel.Event{}, changed: make(chan struct{})}
 	const total = 150
 	start := time.Now()
 	for i := range total {
@@ -167,7 +189,14 @@ func TestCrashSafety(t *testing.T) {
 			if err != nil {
 				return
 			}
-			go pl.serve(t, conn)
+			// A killed child's last frames are read to the end before the
+			// next child is served, so its history is complete.
+			pl.active.Wait()
+			pl.active.Add(1)
+			go func() {
+				defer pl.active.Done()
+				pl.serve(t, conn)
+			}()
 		}
 	}()
 
@@ -237,16 +266,28 @@ func TestCrashSafety(t *testing.T) {
 	t.Logf("outcomes: %v", counts)
 	require.Equal(t, total/5, counts["ignored_proactive_off"])
 
-	// No chunk was delivered twice.
+	// No chunk was delivered twice, and none was lost: every answered
+	// message got all three of its chunks.
 	pl.mu.Lock()
 	defer pl.mu.Unlock()
 	for fp, n := range pl.sends {
 		require.Equal(t, 1, n, "chunk %q delivered %d times", pl.texts[fp], n)
 	}
+	for _, ev := range pl.events {
+		if ev.Chat.ID == "g1" {
+			continue // unprompted chatter is not answered
+		}
+		for _, part := range []string{"re ", "part two of ", "part three of "} {
+			text := part + ev.Text()
+			require.Equal(t, 1, pl.byText[text], "chunk %q delivered %d times", text, pl.byText[text])
+		}
+	}
 	t.Logf("%d chunks delivered, each once", len(pl.sends))
 	log, err := os.ReadFile(filepath.Join(dir, "child.log"))
 	require.NoError(t, err)
-	t.Logf("chunks whose send was cut by a kill (delivery_unknown): %d", strings.Count(string(log), "delivery_unknown"))
+	t.Logf("chunks whose send was cut by a kill: %d found in the chat history, %d missing and sent again, %d unknown",
+		strings.Count(string(log), "delivery_reconciled"), strings.Count(string(log), "delivery_not_found"),
+		strings.Count(string(log), "delivery_unknown"))
 }
 
 func tail(s string, n int) string {
@@ -258,11 +299,12 @@ func tail(s string, n int) string {
 
 // loopChannel is the child's side: events from the parent, sends to it.
 type loopChannel struct {
-	conn net.Conn
-	enc  *json.Encoder
-	mu   sync.Mutex
-	next int
-	wait map[int]chan []string
+	conn  net.Conn
+	enc   *json.Encoder
+	mu    sync.Mutex
+	next  int
+	wait  map[int]chan []string
+	pages map[int][]channel.Event
 }
 
 func (c *loopChannel) Name() string { return "loop" }
@@ -291,10 +333,13 @@ func (c *loopChannel) Run(ctx context.Context, sink channel.Sink) error {
 			if err := c.write(wireMsg{Type: "ack", Key: m.Event.Key()}); err != nil {
 				return err
 			}
-		case "receipt":
+		case "receipt", "historypage":
 			c.mu.Lock()
 			ch := c.wait[m.ID]
 			delete(c.wait, m.ID)
+			if m.Type == "historypage" {
+				c.pages[m.ID] = m.History
+			}
 			c.mu.Unlock()
 			if ch != nil {
 				ch <- m.Receipt
@@ -302,6 +347,30 @@ func (c *loopChannel) Run(ctx context.Context, sink channel.Sink) error {
 		}
 	}
 	return nil
+}
+
+// FetchHistory asks the platform for the chat's newest messages (the bot's
+// own, which is what delivery reconciliation looks for).
+func (c *loopChannel) FetchHistory(ctx context.Context, q channel.HistoryQuery) (channel.HistoryPage, error) {
+	ch := make(chan []string, 1)
+	c.mu.Lock()
+	c.next++
+	id := c.next
+	c.wait[id] = ch
+	c.mu.Unlock()
+	if err := c.write(wireMsg{Type: "history", ID: id, Chat: &q.Chat}); err != nil {
+		return channel.HistoryPage{}, channel.ErrOffline
+	}
+	select {
+	case <-ch:
+		c.mu.Lock()
+		page := c.pages[id]
+		delete(c.pages, id)
+		c.mu.Unlock()
+		return channel.HistoryPage{Events: page}, nil
+	case <-ctx.Done():
+		return channel.HistoryPage{}, ctx.Err()
+	}
 }
 
 func (c *loopChannel) Send(ctx context.Context, out channel.Outgoing) (channel.Receipt, error) {
@@ -333,11 +402,11 @@ func TestCrashChild(t *testing.T) {
 	model.Otherwise(agenttest.Func(func(ctx context.Context, req agent.Request) (*agent.Response, error) {
 		last := req.Messages[len(req.Messages)-1].Content
 		last = last[strings.LastIndex(last, ": ")+2:]
-		time.Sleep(time.Millisecond) // a model takes a moment
+		time.Sleep(10 * time.Millisecond) // a model takes a moment
 		return &agent.Response{Text: "re " + last + "[persona-msg]part two of " + last + "[persona-msg]part three of " + last}, nil
 	}))
 	p, err := persona.New(persona.Options{
-		Channels:   []channel.Channel{&loopChannel{conn: conn, enc: json.NewEncoder(conn), wait: map[int]chan []string{}}},
+		Channels:   []channel.Channel{&loopChannel{conn: conn, enc: json.NewEncoder(conn), wait: map[int]chan []string{}, pages: map[int][]channel.Event{}}},
 		DataDir:    os.Getenv("PERSONA_CRASH_DIR"),
 		Model:      model,
 		Lease:      time.Second,
@@ -345,7 +414,7 @@ func TestCrashChild(t *testing.T) {
 		ClaimPoll:  100 * time.Millisecond,
 		NoPacing:   true,
 		NoRouter:   true,
-		Logger:     slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		Logger:     slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})),
 	})
 	require.NoError(t, err)
 	defer p.Close()

@@ -26,4 +26,6 @@ type ToolFunc struct {
 func (t ToolFunc) Spec() ToolSpec { return t.ToolSpec }
 
 // Call calls F.
-func (t ToolFunc) Call(ctx context.Context, args json.RawMessage) (string, error) { return t.F(ctx, args) }
+func (t ToolFunc) Call(ctx context.Context, args json.RawMessage) (string, error) {
+	return t.F(ctx, args)
+}

@@ -274,6 +274,11 @@ func (c *Coordinator) checkGap(ctx context.Context, j *gapJob, cutoff time.Time)
 		return false
 	}
 	j.due = j.first.Add(c.cfg.GapRechecks[j.checks-1])
+	// Written once the recheck time is fixed, so a test that saw it can
+	// advance a fake clock to it.
+	c.log.DebugContext(ctx, "backfill_gap_recheck_scheduled", slog.String("chat", chat),
+		slog.Int64("from", j.from), slog.Int64("to", j.to), slog.Int("checks", j.checks),
+		slog.Any("missing", missing), slog.Time("due", j.due))
 	return true
 }
 

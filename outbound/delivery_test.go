@@ -412,6 +412,27 @@ func TestSendReconcilesAnIntentThroughHistory(t *testing.T) {
 	require.NotEmpty(t, s0.Value)
 }
 
+func TestSendResendsAnIntentMissingFromHistory(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	ch := chantest.New(chantest.Config{})
+	led := newLedger()
+	s := newSender(t, outbound.SenderConfig{Ledger: led, NoPacing: true})
+	r := reply(ch, "t1", "ignored")
+	// A previous process wrote the intent of chunk 0 and crashed before the
+	// platform call: the chat history does not have it.
+	_, err := led.SaveDraft(ctx, outbound.Draft{TurnID: "t1", SessionKey: r.SessionKey, Chat: groupChat,
+		Code: outcome.Replied, Chunks: []outbound.Chunk{{Text: "one"}, {Text: "two"}}})
+	require.NoError(t, err)
+	require.NoError(t, led.MarkIntent(ctx, "t1", 0, "fp0"))
+
+	d, err := s.Send(ctx, r)
+	require.NoError(t, err)
+	require.Equal(t, []string{"one", "two"}, texts(ch.Sent()), "sent again, once")
+	require.Equal(t, []string{"out-1", "out-2"}, d.MessageIDs)
+	require.Equal(t, outbound.SlotSent, led.slotsOf("t1")[0].State)
+}
+
 func TestTypingController(t *testing.T) {
 	t.Parallel()
 	clk := clock.NewFake(t0)

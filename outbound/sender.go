@@ -501,16 +501,21 @@ func (s *ChunkSender) Send(ctx context.Context, r Reply) (Delivery, error) {
 	}
 
 	sentThisCall := 0
-	var history *channel.HistoryPage
+	var history *reconPage
 	for n, c := range draft.Chunks {
 		if sl, ok := bySlot[n]; ok {
-			ids := sl.MessageIDs
+			ids, resend := sl.MessageIDs, false
 			if sl.State != SlotSent {
-				ids = s.reconcile(ctx, r, draft, n, c, &history)
+				ids, resend = s.reconcile(ctx, r, draft, n, c, &history)
 			}
-			d.MessageIDs = append(d.MessageIDs, ids...)
-			d.Skipped++
-			continue
+			if !resend {
+				d.MessageIDs = append(d.MessageIDs, ids...)
+				d.Skipped++
+				continue
+			}
+			if err := s.cfg.Ledger.ClearIntent(context.WithoutCancel(ctx), r.TurnID, n); err != nil {
+				return d, &SendError{Slot: n, Delivered: d.MessageIDs, Err: fmt.Errorf("ledger clear intent: %w", err)}
+			}
 		}
 		if sentThisCall > 0 && !s.cfg.NoPacing {
 			if t, ok := r.Channel.(channel.Typer); ok {
@@ -637,19 +642,25 @@ func (s *ChunkSender) attempt(ctx context.Context, out channel.Outgoing, ch chan
 	}
 }
 
-// reconcile settles a slot left as an intent: it looks for the chunk among
+// reconcile settles a slot left as an intent. With a channel that can
+// fetch history it looks for the chunk among the bot's newest messages of
+// the chat: found, the slot is marked sent with that id; not found in a
+// successful fetch, the chunk never arrived and is sent again (resend).
+// Without history (or when the fetch fails) the outcome stays unknown and
+// the chunk is treated as sent: a duplicate is worse than a gap.
+//
+// It looks for the chunk among
 // the bot's own messages in the chat's history (channel.HistoryFetcher).
 // Found: the slot is marked sent with that id. Not found or not fetchable:
 // treated as sent and logged delivery_unknown.
-func (s *ChunkSender) reconcile(ctx context.Context, r Reply, draft Draft, n int, c Chunk, page **channel.HistoryPage) []string {
+func (s *ChunkSender) reconcile(ctx context.Context, r Reply, draft Draft, n int, c Chunk, page **reconPage) (ids []string, resend bool) {
 	if hf, ok := r.Channel.(channel.HistoryFetcher); ok && c.Text != "" {
 		if *page == nil {
 			p, err := hf.FetchHistory(ctx, channel.HistoryQuery{Chat: draft.Chat, Limit: 50})
 			if err != nil {
 				s.log.Info("reconciliation history fetch failed", "turn", r.TurnID, "err", err)
-				p = channel.HistoryPage{}
 			}
-			*page = &p
+			*page = &reconPage{HistoryPage: p, ok: err == nil}
 		}
 		for _, ev := range (*page).Events {
 			if ev.Kind == channel.KindSelf && strings.TrimSpace(ev.Text()) == c.Text && ev.MessageID != "" {
@@ -658,13 +669,24 @@ func (s *ChunkSender) reconcile(ctx context.Context, r Reply, draft Draft, n int
 					s.log.Error("ledger mark sent failed", "turn", r.TurnID, "slot", n, "err", err)
 				}
 				s.log.Info("delivery_reconciled", "turn", r.TurnID, "slot", n, "message_id", ev.MessageID)
-				return ids
+				return ids, false
 			}
+		}
+		if (*page).ok {
+			s.log.Info("delivery_not_found", "turn", r.TurnID, "slot", n,
+				"detail", "chunk was being sent when the previous attempt stopped and the chat history does not have it; sending it again")
+			return nil, true
 		}
 	}
 	s.log.Warn("delivery_unknown", "turn", r.TurnID, "slot", n,
 		"detail", "chunk was being sent when the previous attempt stopped; not sending it again")
-	return nil
+	return nil, false
+}
+
+// reconPage is the history page reconciliation fetched once per send.
+type reconPage struct {
+	channel.HistoryPage
+	ok bool
 }
 
 // forward sends the draft as one merged-forward card when the channel can

@@ -350,6 +350,7 @@ func TestSendDoesNotResendAnIntentLeftByACrash(t *testing.T) {
 		Logger:   slog.New(slog.NewTextHandler(&logs, nil)),
 	})
 	r := reply(ch, "t1", "one[persona-msg]two[persona-msg]three")
+	r.Channel = ch.Bare() // no history to reconcile against
 
 	// A previous process saved the draft, delivered chunk 0 and crashed
 	// during the platform call of chunk 1.

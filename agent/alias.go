@@ -1,0 +1,361 @@
+package agent
+
+import (
+	"bytes"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base32"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"sync"
+)
+
+// AliasKind is the kind of a platform id that is aliased in model requests.
+type AliasKind byte
+
+// The aliased id kinds; the byte is the alias prefix ("u_…", "g_…", "m_…").
+const (
+	AliasUser    AliasKind = 'u'
+	AliasGroup   AliasKind = 'g'
+	AliasMessage AliasKind = 'm'
+)
+
+// aliasLen is the number of base32 characters of an alias; aliasLongLen is
+// used for the second of two ids whose short aliases collide.
+const (
+	aliasLen     = 8
+	aliasLongLen = 16
+)
+
+// MinSecretLen is the minimum session secret length accepted by NewAliaser.
+const MinSecretLen = 16
+
+// ErrShortSecret is returned by NewAliaser for a secret shorter than
+// MinSecretLen bytes.
+var ErrShortSecret = errors.New("agent: alias secret too short")
+
+var aliasEncoding = base32.NewEncoding("abcdefghijklmnopqrstuvwxyz234567").WithPadding(base32.NoPadding)
+
+// NewAliasSecret returns a fresh random session secret (32 bytes). The
+// pipeline creates one per session, stores it with the session, and passes
+// it to NewAliaser on every turn so aliases stay stable and the prompt prefix
+// keeps hitting the cache.
+func NewAliasSecret() ([]byte, error) {
+	b := make([]byte, 32)
+	if _, err := io.ReadFull(rand.Reader, b); err != nil {
+		return nil, fmt.Errorf("agent: alias secret: %w", err)
+	}
+	return b, nil
+}
+
+type aliasKey struct {
+	kind AliasKind
+	id   string
+}
+
+// Aliaser maps real platform ids (users, groups, messages) to stable
+// per-session aliases and back (SPEC §4.4). An alias is the kind letter, an
+// underscore and the first 8 base32 characters of HMAC-SHA256(secret,
+// kind‖0‖id), e.g. "u_k5x2mbqa". The same secret gives the same aliases on
+// every turn, so rendered history is byte-stable.
+//
+// Every id that is rendered is registered; Restore only maps registered
+// aliases back. Known user ids that appear as whole tokens in free text are
+// replaced too ([Aliaser.Text]).
+//
+// One Aliaser is the scope of one turn: the router, classifier, audit and
+// agent calls of the turn share it. Methods are safe for concurrent use.
+type Aliaser struct {
+	secret []byte
+
+	mu    sync.RWMutex
+	fwd   map[aliasKey]string
+	back  map[string]aliasKey
+	users map[string]string // known user id → alias, for free-text replacement
+	// minUserID and maxUserID bound the token lengths worth looking up.
+	minUserID, maxUserID int
+}
+
+// NewAliaser returns an Aliaser for a session secret (at least
+// MinSecretLen bytes; see NewAliasSecret).
+func NewAliaser(secret []byte) (*Aliaser, error) {
+	if len(secret) < MinSecretLen {
+		return nil, ErrShortSecret
+	}
+	return &Aliaser{
+		secret: bytes.Clone(secret),
+		fwd:    make(map[aliasKey]string),
+		back:   make(map[string]aliasKey),
+		users:  make(map[string]string),
+	}, nil
+}
+
+// User registers a user id as a known participant and returns its alias.
+// An empty id returns "".
+func (a *Aliaser) User(id string) string { return a.Alias(AliasUser, id) }
+
+// Group registers a group id and returns its alias.
+func (a *Aliaser) Group(id string) string { return a.Alias(AliasGroup, id) }
+
+// Message registers a message id and returns its alias.
+func (a *Aliaser) Message(id string) string { return a.Alias(AliasMessage, id) }
+
+// Alias registers id under kind and returns its alias ("" for an empty id).
+func (a *Aliaser) Alias(kind AliasKind, id string) string {
+	if id == "" {
+		return ""
+	}
+	k := aliasKey{kind, id}
+	a.mu.RLock()
+	s, ok := a.fwd[k]
+	a.mu.RUnlock()
+	if ok {
+		return s
+	}
+	sum := a.sum(kind, id)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if s, ok := a.fwd[k]; ok {
+		return s
+	}
+	s = string(kind) + "_" + sum[:aliasLen]
+	if other, taken := a.back[s]; taken && other != k {
+		// A 40-bit collision within one session: the later id gets the
+		// longer alias. Both stay restorable.
+		s = string(kind) + "_" + sum[:aliasLongLen]
+	}
+	a.fwd[k] = s
+	a.back[s] = k
+	if kind == AliasUser {
+		a.users[id] = s
+		if a.minUserID == 0 || len(id) < a.minUserID {
+			a.minUserID = len(id)
+		}
+		a.maxUserID = max(a.maxUserID, len(id))
+	}
+	return s
+}
+
+func (a *Aliaser) sum(kind AliasKind, id string) string {
+	m := hmac.New(sha256.New, a.secret)
+	m.Write([]byte{byte(kind), 0})
+	m.Write([]byte(id))
+	return aliasEncoding.EncodeToString(m.Sum(nil))
+}
+
+// Lookup returns the real id and kind behind a registered alias.
+func (a *Aliaser) Lookup(alias string) (kind AliasKind, id string, ok bool) {
+	a.mu.RLock()
+	k, ok := a.back[alias]
+	a.mu.RUnlock()
+	return k.kind, k.id, ok
+}
+
+// isWordByte reports whether c belongs to a token: ASCII letters, digits
+// and '_'. Bytes ≥ 0x80 (non-ASCII text) are separators, so ids next to CJK
+// text are still found.
+func isWordByte(c byte) bool {
+	return c == '_' || c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z'
+}
+
+// Text replaces every known user id that appears in s as a whole token (a
+// maximal run of ASCII letters, digits and '_', optionally with a leading
+// '-' when the id has one) by its alias. Other text is unchanged.
+func (a *Aliaser) Text(s string) string {
+	a.mu.RLock()
+	defer a.mu.RUnlock()
+	if len(a.users) == 0 {
+		return s
+	}
+	return replaceTokens(s, func(tok string, dash bool) (string, bool, bool) {
+		if n := len(tok); n+1 < a.minUserID || n > a.maxUserID {
+			return "", false, false
+		}
+		if dash {
+			if al, ok := a.users["-"+tok]; ok {
+				return al, true, true
+			}
+		}
+		al, ok := a.users[tok]
+		return al, false, ok
+	})
+}
+
+// replaceTokens calls f for every token of s (a maximal run of ASCII
+// letters, digits and '_') with whether a lone '-' precedes it. When f
+// reports ok the token, and the '-' too when f says withDash, is replaced by
+// rep. It allocates only when something changes.
+func replaceTokens(s string, f func(tok string, dash bool) (rep string, withDash, ok bool)) string {
+	var b strings.Builder
+	last := 0
+	for i := 0; i < len(s); {
+		if !isWordByte(s[i]) {
+			i++
+			continue
+		}
+		j := i + 1
+		for j < len(s) && isWordByte(s[j]) {
+			j++
+		}
+		dash := i > 0 && s[i-1] == '-' && (i == 1 || !isWordByte(s[i-2]))
+		if rep, withDash, ok := f(s[i:j], dash); ok {
+			start := i
+			if withDash {
+				start = i - 1
+			}
+			if last == 0 {
+				b.Grow(len(s) + 16)
+			}
+			b.WriteString(s[last:start])
+			b.WriteString(rep)
+			last = j
+		}
+		i = j
+	}
+	if last == 0 {
+		return s
+	}
+	b.WriteString(s[last:])
+	return b.String()
+}
+
+// looksLikeAlias reports whether tok has the shape of an alias: a kind
+// letter, '_' and 8 or 16 base32 characters.
+func looksLikeAlias(tok string) bool {
+	if len(tok) != 2+aliasLen && len(tok) != 2+aliasLongLen {
+		return false
+	}
+	switch AliasKind(tok[0]) {
+	case AliasUser, AliasGroup, AliasMessage:
+	default:
+		return false
+	}
+	if tok[1] != '_' {
+		return false
+	}
+	for i := 2; i < len(tok); i++ {
+		c := tok[i]
+		if (c < 'a' || c > 'z') && (c < '2' || c > '7') {
+			return false
+		}
+	}
+	return true
+}
+
+// Restore replaces every registered alias in s (as a whole token) by its
+// real id. Tokens that look like aliases but are not registered in this
+// scope are left as they are and returned in unknown, for the caller to log.
+func (a *Aliaser) Restore(s string) (restored string, unknown []string) {
+	a.mu.RLock()
+	defer a.mu.RUnlock()
+	out := replaceTokens(s, func(tok string, _ bool) (string, bool, bool) {
+		if !looksLikeAlias(tok) {
+			return "", false, false
+		}
+		if k, ok := a.back[tok]; ok {
+			return k.id, false, true
+		}
+		unknown = append(unknown, tok)
+		return "", false, false
+	})
+	return out, unknown
+}
+
+// RestoreJSON restores aliases in every string (object keys included) of a
+// JSON value, recursively, and re-encodes it. Numbers keep their text.
+// Invalid JSON is returned unchanged with an error.
+func (a *Aliaser) RestoreJSON(raw json.RawMessage) (json.RawMessage, []string, error) {
+	if len(bytes.TrimSpace(raw)) == 0 {
+		return raw, nil, nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return raw, nil, fmt.Errorf("agent: restore aliases: %w", err)
+	}
+	if dec.More() {
+		return raw, nil, errors.New("agent: restore aliases: trailing data after JSON value")
+	}
+	var unknown []string
+	changed := false
+	v = a.restoreValue(v, &unknown, &changed)
+	if !changed {
+		return raw, unknown, nil
+	}
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return raw, unknown, fmt.Errorf("agent: restore aliases: %w", err)
+	}
+	return json.RawMessage(bytes.TrimRight(buf.Bytes(), "\n")), unknown, nil
+}
+
+func (a *Aliaser) restoreValue(v any, unknown *[]string, changed *bool) any {
+	switch x := v.(type) {
+	case string:
+		s, u := a.Restore(x)
+		*unknown = append(*unknown, u...)
+		if s != x {
+			*changed = true
+		}
+		return s
+	case []any:
+		for i := range x {
+			x[i] = a.restoreValue(x[i], unknown, changed)
+		}
+		return x
+	case map[string]any:
+		out := make(map[string]any, len(x))
+		for k, val := range x {
+			nk, u := a.Restore(k)
+			*unknown = append(*unknown, u...)
+			if nk != k {
+				*changed = true
+			}
+			out[nk] = a.restoreValue(val, unknown, changed)
+		}
+		return out
+	default:
+		return v
+	}
+}
+
+// RestoreToolCalls returns copies of calls with aliases restored in their
+// arguments (through the JSON values, see RestoreJSON). A call whose
+// arguments are not valid JSON keeps them unchanged (the loop's repair
+// handles it); that error is not returned.
+func (a *Aliaser) RestoreToolCalls(calls []ToolCall) ([]ToolCall, []string) {
+	if calls == nil {
+		return nil, nil
+	}
+	out := make([]ToolCall, len(calls))
+	var unknown []string
+	for i, tc := range calls {
+		args, u, err := a.RestoreJSON(tc.Arguments)
+		if err == nil {
+			tc.Arguments = args
+		}
+		unknown = append(unknown, u...)
+		out[i] = tc
+	}
+	return out, unknown
+}
+
+// RestoreResponse restores aliases in a response's text and tool-call
+// arguments in place, and returns the unknown aliases it met.
+func (a *Aliaser) RestoreResponse(r *Response) []string {
+	if r == nil {
+		return nil
+	}
+	var unknown []string
+	r.Text, unknown = a.Restore(r.Text)
+	var u []string
+	r.ToolCalls, u = a.RestoreToolCalls(r.ToolCalls)
+	return append(unknown, u...)
+}

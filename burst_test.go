@@ -40,7 +40,14 @@ func (b *blockingModel) answer(ctx context.Context, req agent.Request) (*agent.R
 		b.classify = b.classify[1:]
 		return &agent.Response{Text: a}, nil
 	case agent.PurposeChat:
-		cur := req.Messages[len(req.Messages)-1].Content
+		// The current message and any same-turn messages answered with it.
+		var parts []string
+		for _, m := range req.Messages {
+			if strings.HasPrefix(m.Content, "[current]") || strings.HasPrefix(m.Content, "[Same turn]") {
+				parts = append(parts, m.Content)
+			}
+		}
+		cur := strings.Join(parts, "\n")
 		b.started <- cur
 		select {
 		case <-b.release:

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"syscall"
@@ -391,6 +392,8 @@ func (c *loopChannel) Send(ctx context.Context, out channel.Outgoing) (channel.R
 	}
 }
 
+var messageRE = regexp.MustCompile(`message \d+`)
+
 // TestCrashChild is the child process of TestCrashSafety.
 func TestCrashChild(t *testing.T) {
 	if os.Getenv(crashChildEnv) == "" {
@@ -400,8 +403,7 @@ func TestCrashChild(t *testing.T) {
 	require.NoError(t, err)
 	model := agenttest.New()
 	model.Otherwise(agenttest.Func(func(ctx context.Context, req agent.Request) (*agent.Response, error) {
-		last := req.Messages[len(req.Messages)-1].Content
-		last = last[strings.LastIndex(last, ": ")+2:]
+		last := messageRE.FindString(req.Messages[len(req.Messages)-1].Content)
 		time.Sleep(10 * time.Millisecond) // a model takes a moment
 		return &agent.Response{Text: "re " + last + "[persona-msg]part two of " + last + "[persona-msg]part three of " + last}, nil
 	}))

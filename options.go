@@ -77,6 +77,19 @@ type Options struct {
 	AuditDisabled func(sessionKey string) bool
 	// Secrets are credential values masked in every outgoing message.
 	Secrets []string
+	// Memory turns long-term memory on (needs the default store and a
+	// Model): recalled facts and history snippets in every prompt, summary
+	// checkpoints before the cache breakpoint, and fact extraction after
+	// replies (durable background jobs that call the model).
+	Memory bool
+	// Agent turns the agent tool loop on (agent.Loop over Tools) instead of
+	// one model call per reply. With Memory on, memory_search is added.
+	Agent bool
+	// Tools are the agent's tools (default: an empty registry).
+	Tools *agent.Registry
+	// ContextWindow is the model's context window in tokens (default
+	// 128,000); the prompt is trimmed to fit it.
+	ContextWindow int
 	// Triggers replace route.DefaultTriggers.
 	Triggers []route.Trigger
 	// Gates replace the default gate chain.

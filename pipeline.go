@@ -43,6 +43,7 @@ type Pipeline struct {
 	replayer *inbound.Replayer
 	directed *directedRegistry
 	bursts   *bursts
+	gen      *generation
 
 	wake     chan struct{}
 	replySem chan struct{}
@@ -103,6 +104,14 @@ func New(opt Options) (*Pipeline, error) {
 		p.closers = append(p.closers, fj)
 	}
 	if err := p.buildStages(); err != nil {
+		_ = p.Close()
+		return nil, err
+	}
+	db := opt.DB
+	if db == nil {
+		db = owned
+	}
+	if err := p.buildGeneration(db); err != nil {
 		_ = p.Close()
 		return nil, err
 	}
@@ -435,6 +444,7 @@ func (p *Pipeline) Run(ctx context.Context) error {
 		})
 	}
 	g.Go(func() error { return p.replayer.Run(gctx) })
+	g.Go(func() error { return p.runMemory(gctx) })
 	g.Go(func() error { p.dispatch(gctx); return nil })
 	err := g.Wait()
 	if ctx.Err() != nil && err == nil {

@@ -275,6 +275,9 @@ func (p *Pipeline) turn(ctx context.Context, l inbound.Lease) action {
 		return action{kind: actComplete, outcome: rec}
 	}
 	act := p.deliver(ctx, l, v2, rec, run)
+	if act.kind == actComplete && act.outcome.Code.Replied() {
+		p.afterReply(ctx, l)
+	}
 	if chatIn && act.kind == actComplete && act.outcome.Code.Replied() {
 		if cr, ok := p.router.(interface {
 			ChatReplySent(context.Context, string, *channel.Event, time.Time) error
@@ -329,43 +332,13 @@ func (p *Pipeline) recent(ctx context.Context, l inbound.Lease) ([]memory.Entry,
 	if err != nil {
 		return nil, fmt.Errorf("read history: %w", err)
 	}
-	out := hist[:0:0]
-	for _, e := range hist {
-		// Only what was said before the current message: messages that
-		// arrived later are not context for this turn.
-		if e.Key != l.ID && e.Direction != memory.Notice && e.RecalledAt.IsZero() && !e.Event.Time.After(l.Event.Time) {
-			out = append(out, e)
-		}
-	}
+	// Only what was said before the current message: messages that arrived
+	// later are not context for this turn.
+	out := p.before(hist, l)
 	if len(out) > p.opt.HistoryLimit {
 		out = out[len(out)-p.opt.HistoryLimit:]
 	}
 	return out, nil
-}
-
-func (p *Pipeline) generate(ctx context.Context, l inbound.Lease, t *gate.Turn, hist []memory.Entry, extra []channel.Event, rec *inbound.Outcome) (string, usageInfo, error) {
-	current := l.Event.Text()
-	for _, e := range extra { // same-turn messages answered together
-		current += "\n" + speaker(&e) + ": " + e.Text()
-	}
-	in := agent.PromptInput{Persona: p.opt.Persona, Rules: p.opt.Rules, Now: p.clk.Now(), Zone: p.opt.Zone,
-		Current: agent.Line{Speaker: speaker(&l.Event), Text: current}}
-	for _, e := range hist {
-		in.History = append(in.History, agent.Line{Speaker: speaker(&e.Event), FromBot: e.Direction == memory.Out, Text: e.Event.Text()})
-	}
-	gctx, cancel := context.WithTimeout(ctx, p.opt.RequestTimeout)
-	defer cancel()
-	rec.Timings.GenerationStart = p.clk.Now()
-	res, err := p.opt.Runner.Run(gctx, agent.RunInput{Model: p.opt.Model,
-		Request: agent.Request{Purpose: agent.PurposeChat, Messages: agent.Prompt(in)}, Owner: t.Owner})
-	rec.Timings.GenerationEnd = p.clk.Now()
-	if err != nil {
-		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
-			err = &agent.Error{Kind: agent.KindTimeout, Message: "turn request timeout", Err: err}
-		}
-		return "", usageInfo{}, err
-	}
-	return res.Text, usageInfo{Usage: res.Usage, model: res.Model}, nil
 }
 
 func speaker(ev *channel.Event) string {

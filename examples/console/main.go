@@ -65,11 +65,14 @@ func run(ctx context.Context, in io.Reader, out io.Writer, getenv func(string) s
 		dataDir = "data"
 	}
 	con := newConsole(in, out)
+	_, offline := model.(*agenttest.Model)
 	p, err := persona.New(persona.Options{
 		Channels:  []channel.Channel{con},
 		DataDir:   dataDir,
 		Persona:   soul,
 		Model:     model,
+		Memory:    !offline, // long-term memory needs a real model
+		Owners:    []string{you.ID},
 		OnOutcome: con.outcome,
 		Logger:    slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})

@@ -1,0 +1,239 @@
+package persona
+
+import (
+	"context"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/personakit/persona/agent"
+	"github.com/personakit/persona/channel"
+	"github.com/personakit/persona/gate"
+	"github.com/personakit/persona/inbound"
+	"github.com/personakit/persona/memory"
+	"github.com/personakit/persona/store"
+)
+
+// Session state kept in the session flags (never expiring).
+const (
+	flagAliasSecret   = "alias_secret"
+	flagHistoryAnchor = "history_anchor"
+	// historyWindow bounds how much history after the summary watermark a
+	// prompt is built from; the context builder trims it to the budget in
+	// epochs.
+	historyWindow = 400
+)
+
+var forever = time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// generation holds the generation-stage parts built once per pipeline.
+type generation struct {
+	builder *agent.ContextBuilder
+	tracker *agent.PrefixTracker
+	loop    *agent.Loop
+
+	recaller   *memory.Recaller
+	extractor  *memory.Extractor
+	summarizer *memory.Summarizer
+	summaries  chan string // sessions whose summary may need to advance
+}
+
+// buildGeneration prepares context assembly, memory and the agent loop.
+func (p *Pipeline) buildGeneration(db *store.DB) error {
+	g := &generation{
+		builder: agent.NewContextBuilder(agent.ContextConfig{ContextWindow: p.opt.ContextWindow}),
+		tracker: &agent.PrefixTracker{Logger: p.log},
+	}
+	if p.opt.Memory {
+		if db == nil || p.opt.Model == nil {
+			return errors.New("persona: Options.Memory needs the default store (DataDir or DB) and a Model")
+		}
+		var err error
+		if g.recaller, err = memory.NewRecaller(db, db, memory.RecallConfig{Clock: p.clk}); err != nil {
+			return err
+		}
+		if g.extractor, err = memory.NewExtractor(db, p.opt.Model, memory.ExtractConfig{Clock: p.clk, Logger: p.log}); err != nil {
+			return err
+		}
+		if g.summarizer, err = memory.NewSummarizer(db, p.opt.Model, memory.SummaryConfig{Clock: p.clk, Logger: p.log}); err != nil {
+			return err
+		}
+		g.summaries = make(chan string, 256)
+	}
+	if p.opt.Agent && p.opt.Runner == nil {
+		reg := p.opt.Tools
+		if reg == nil {
+			reg = agent.NewRegistry()
+		}
+		loop, err := agent.NewLoop(agent.LoopConfig{Registry: reg, Clock: p.clk, Logger: p.log,
+			RequestTimeout: p.opt.RequestTimeout, Secrets: p.opt.Secrets})
+		if err != nil {
+			return err
+		}
+		g.loop = loop
+	}
+	p.gen = g
+	return nil
+}
+
+// runMemory runs the extraction workers and the summary refresher until
+// ctx ends.
+func (p *Pipeline) runMemory(ctx context.Context) error {
+	g := p.gen
+	if g.extractor == nil {
+		return nil
+	}
+	go func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case session := <-g.summaries:
+				if _, _, err := g.summarizer.Refresh(ctx, session); err != nil && ctx.Err() == nil {
+					p.log.Warn("summary refresh", "session", session, "err", err)
+				}
+			}
+		}
+	}()
+	return g.extractor.Run(ctx)
+}
+
+// sessionValue returns a value kept in the session flags, creating it with
+// make when missing.
+func (p *Pipeline) sessionValue(ctx context.Context, session, name string, make func() (string, error)) (string, error) {
+	f, ok, err := p.flags.GetFlag(ctx, session, "", name)
+	if err != nil {
+		return "", err
+	}
+	if ok && f.Value != "" {
+		return f.Value, nil
+	}
+	if make == nil {
+		return "", nil
+	}
+	v, err := make()
+	if err != nil {
+		return "", err
+	}
+	return v, p.flags.SetFlag(ctx, gate.Flag{SessionKey: session, Name: name, Until: forever, Value: v})
+}
+
+// generate assembles the prompt (persona and fixed rules, summary, stable
+// history, then the per-turn blocks after the cache breakpoint, the speaker,
+// the clock and the current message, with ids aliased) and runs the
+// Runner. The reply comes back with real ids restored.
+func (p *Pipeline) generate(ctx context.Context, l inbound.Lease, t *gate.Turn, hist []memory.Entry, extra []channel.Event, rec *inbound.Outcome) (string, usageInfo, error) {
+	g, ev := p.gen, l.Event
+	secret, err := p.sessionValue(ctx, l.SessionKey, flagAliasSecret, func() (string, error) {
+		b, err := agent.NewAliasSecret()
+		return hex.EncodeToString(b), err
+	})
+	if err != nil {
+		return "", usageInfo{}, fmt.Errorf("alias secret: %w", err)
+	}
+	raw, err := hex.DecodeString(secret)
+	if err != nil {
+		return "", usageInfo{}, fmt.Errorf("alias secret: %w", err)
+	}
+	al, err := agent.NewAliaser(raw)
+	if err != nil {
+		return "", usageInfo{}, err
+	}
+	anchor, err := p.sessionValue(ctx, l.SessionKey, flagHistoryAnchor, nil)
+	if err != nil {
+		return "", usageInfo{}, fmt.Errorf("history anchor: %w", err)
+	}
+	in := agent.ContextInput{Persona: p.opt.Persona, Rules: p.opt.Rules, HistoryAnchor: anchor, Chat: ev.Chat,
+		Speaker: agent.Speaker{ID: ev.Sender.ID, Name: ev.Sender.Name, Role: ev.Sender.Role, Owner: t.Owner},
+		Now:     p.clk.Now(), Zone: p.opt.Zone, Current: agent.ChatMessageFromEvent(&ev, false), Aliaser: al}
+	if g.summarizer != nil {
+		if sum, ok, err := g.summarizer.Checkpoint(ctx, l.SessionKey); err != nil {
+			p.log.Warn("summary checkpoint", "session", l.SessionKey, "err", err)
+		} else if ok {
+			in.Summary = sum.Text
+			if hist, err = memory.RecentAfter(ctx, p.opt.History, l.SessionKey, sum.Watermark, historyWindow); err != nil {
+				return "", usageInfo{}, fmt.Errorf("history: %w", err)
+			}
+			hist = p.before(hist, l)
+		}
+	}
+	for _, e := range hist {
+		in.History = append(in.History, agent.ChatMessageFromEvent(&e.Event, e.Direction == memory.Out))
+	}
+	for _, e := range extra {
+		in.Candidates = append(in.Candidates, agent.ChatMessageFromEvent(&e, false))
+	}
+	if g.recaller != nil {
+		rc, err := g.recaller.Recall(ctx, memory.Query{SessionKey: l.SessionKey, UserID: ev.Sender.ID, Text: ev.Text(), Before: ev.Time})
+		if err != nil {
+			p.log.Warn("memory recall", "session", l.SessionKey, "err", err)
+		} else if block := memory.RenderBlock(rc, memory.BlockOptions{Alias: al.User}); block != "" {
+			in.Memory = strings.Split(block, "\n")
+		}
+	}
+	asm := g.builder.Build(in)
+	g.tracker.Observe(l.SessionKey, asm)
+	if asm.HistoryAnchor != anchor {
+		if err := p.flags.SetFlag(ctx, gate.Flag{SessionKey: l.SessionKey, Name: flagHistoryAnchor, Until: forever, Value: asm.HistoryAnchor}); err != nil {
+			p.log.Warn("save history anchor", "err", err)
+		}
+	}
+
+	gctx, cancel := context.WithTimeout(ctx, p.opt.RequestTimeout)
+	defer cancel()
+	rec.Timings.GenerationStart = p.clk.Now()
+	var res *agent.Result
+	run := agent.RunInput{Model: p.opt.Model, Request: asm.Request(agent.PurposeChat), Owner: t.Owner}
+	if g.loop != nil {
+		var lr *agent.LoopResult
+		lr, err = g.loop.RunLoop(gctx, agent.LoopInput{RunInput: run, SessionKey: l.SessionKey,
+			Group: ev.Chat.Kind == channel.Group, Message: ev.Text(), Deadline: p.clk.Now().Add(p.opt.RequestTimeout - time.Second)})
+		if lr != nil {
+			res = &lr.Result
+		}
+	} else {
+		res, err = p.opt.Runner.Run(gctx, run)
+	}
+	rec.Timings.GenerationEnd = p.clk.Now()
+	if err != nil {
+		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+			err = &agent.Error{Kind: agent.KindTimeout, Message: "turn request timeout", Err: err}
+		}
+		return "", usageInfo{}, err
+	}
+	text, unknown := al.Restore(res.Text)
+	if len(unknown) > 0 {
+		p.log.Info("reply mentions unknown aliases", "session", l.SessionKey, "aliases", unknown)
+	}
+	return text, usageInfo{Usage: res.Usage, model: res.Model}, nil
+}
+
+// before keeps the entries that are context for the current message.
+func (p *Pipeline) before(hist []memory.Entry, l inbound.Lease) []memory.Entry {
+	out := hist[:0:0]
+	for _, e := range hist {
+		if e.Key != l.ID && e.Direction != memory.Notice && e.RecalledAt.IsZero() && !e.Event.Time.After(l.Event.Time) {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// afterReply queues the memory work of an answered turn: fact extraction
+// from the user's message and a summary check. Both run in the background.
+func (p *Pipeline) afterReply(ctx context.Context, l inbound.Lease) {
+	g := p.gen
+	if g.extractor == nil {
+		return
+	}
+	e := memory.Entry{Key: l.ID, SessionKey: l.SessionKey, Direction: memory.In, Event: l.Event}
+	if _, err := g.extractor.Enqueue(context.WithoutCancel(ctx), e); err != nil {
+		p.log.Warn("queue fact extraction", "id", l.ID, "err", err)
+	}
+	select {
+	case g.summaries <- l.SessionKey:
+	default: // a refresh is already due; the next reply asks again
+	}
+}

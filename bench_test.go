@@ -28,7 +28,7 @@ func benchPipeline(b *testing.B, mk func(i int) (channel.Chat, channel.Sender, [
 	lat := make([]time.Duration, 0, b.N)
 	all := make(chan struct{})
 	p, err := persona.New(persona.Options{
-		Channels: []channel.Channel{ch}, DataDir: b.TempDir(), Model: model, NoPacing: true,
+		Channels: []channel.Channel{ch}, DataDir: b.TempDir(), Model: model, NoPacing: true, NoRouter: true,
 		OnOutcome: func(id string, _ inbound.Outcome) {
 			now := time.Now()
 			mu.Lock()

@@ -3,7 +3,6 @@ package store
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"fmt"
 	"time"
 
@@ -84,9 +83,11 @@ SELECT id, session_key, direction, payload, recalled_at FROM (
 		}
 		e.Direction = memory.Direction(dir)
 		e.RecalledAt = fromNullMs(recalled)
-		if err := json.Unmarshal(payload, &e.Event); err != nil {
+		ev, err := d.events.decode(e.Key, payload)
+		if err != nil {
 			return nil, fmt.Errorf("store: recent %s: decode %s: %w", sessionKey, e.Key, err)
 		}
+		e.Event = ev
 		out = append(out, e)
 	}
 	if err := rows.Err(); err != nil {

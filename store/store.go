@@ -110,6 +110,8 @@ type DB struct {
 	rdb  *sql.DB // the read pool
 	cdb  *sql.DB // the checkpoint connection
 	w    *writer
+	// events caches decoded transcript payloads for Recent.
+	events *eventCache
 }
 
 // Open opens (creating if needed) the SQLite database file at path, applies
@@ -134,7 +136,7 @@ func Open(path string, opts Options) (*DB, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	d := &DB{path: abs, clk: clock.OrReal(opts.Clock), log: log}
+	d := &DB{path: abs, clk: clock.OrReal(opts.Clock), log: log, events: newEventCache()}
 
 	busy := strconv.FormatInt(opts.BusyTimeout.Milliseconds(), 10)
 	wq := url.Values{}

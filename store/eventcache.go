@@ -1,0 +1,60 @@
+package store
+
+import (
+	"encoding/json"
+	"hash/fnv"
+	"sync"
+
+	"github.com/personakit/persona/channel"
+)
+
+// eventCacheSize bounds the decoded-event cache (entries).
+const eventCacheSize = 20000
+
+// eventCache keeps decoded transcript payloads so that reading a session's
+// recent history does not decode the same JSON on every turn. An entry is
+// keyed by the row's id and checked against a hash of the stored payload,
+// so an updated row is decoded again: the database stays the truth.
+type eventCache struct {
+	mu sync.Mutex
+	m  map[string]cachedEvent
+}
+
+type cachedEvent struct {
+	sum uint64
+	ev  channel.Event
+}
+
+func newEventCache() *eventCache { return &eventCache{m: make(map[string]cachedEvent)} }
+
+// decode returns the event stored in payload, from the cache when the
+// payload is unchanged. The returned event shares its slices with the cache;
+// callers must not modify them.
+func (c *eventCache) decode(key string, payload []byte) (channel.Event, error) {
+	h := fnv.New64a()
+	_, _ = h.Write(payload)
+	sum := h.Sum64()
+	c.mu.Lock()
+	ce, ok := c.m[key]
+	c.mu.Unlock()
+	if ok && ce.sum == sum {
+		return ce.ev, nil
+	}
+	var ev channel.Event
+	if err := json.Unmarshal(payload, &ev); err != nil {
+		return channel.Event{}, err
+	}
+	c.mu.Lock()
+	if len(c.m) >= eventCacheSize {
+		n := 0
+		for k := range c.m { // drop about half, in map order
+			delete(c.m, k)
+			if n++; n >= eventCacheSize/2 {
+				break
+			}
+		}
+	}
+	c.m[key] = cachedEvent{sum: sum, ev: ev}
+	c.mu.Unlock()
+	return ev, nil
+}

@@ -20,6 +20,13 @@ import (
 // feeding goroutines and reports throughput and the added latency from
 // HandleEvent to the terminal record.
 func benchPipeline(b *testing.B, mk func(i int) (channel.Chat, channel.Sender, []chantest.SayOption)) {
+	benchPipelineAt(b, 0, mk)
+}
+
+// benchPipelineAt feeds at most rate messages per second (0 = as fast as
+// the feeders can), so the latency of a pipeline that keeps up can be told
+// from the queueing delay of a saturating burst.
+func benchPipelineAt(b *testing.B, rate int, mk func(i int) (channel.Chat, channel.Sender, []chantest.SayOption)) {
 	model := agenttest.New()
 	model.Otherwise(agenttest.Reply("sure thing")).KeepLast(1)
 	ch := chantest.New(chantest.Config{})
@@ -53,11 +60,19 @@ func benchPipeline(b *testing.B, mk func(i int) (channel.Chat, channel.Sender, [
 	b.ReportAllocs()
 	b.ResetTimer()
 	t0 := time.Now()
-	const feeders = 4
+	feeders := 4
+	var tick *time.Ticker
+	if rate > 0 {
+		feeders, tick = 1, time.NewTicker(time.Second/time.Duration(rate))
+		defer tick.Stop()
+	}
 	var wg sync.WaitGroup
 	for f := range feeders {
 		wg.Go(func() {
 			for i := f; i < b.N; i += feeders {
+				if tick != nil {
+					<-tick.C
+				}
 				chat, from, opts := mk(i)
 				ev := channel.Event{Platform: ch.Name(), BotID: "bot", Kind: channel.KindMessage, Chat: chat,
 					MessageID: fmt.Sprintf("m%d", i), Time: time.Now(), Sender: from,
@@ -96,6 +111,23 @@ func BenchmarkPipelineReplied(b *testing.B) {
 // BenchmarkPipelineIgnored: unprompted group chatter, ended by the gates.
 func BenchmarkPipelineIgnored(b *testing.B) {
 	benchPipeline(b, func(i int) (channel.Chat, channel.Sender, []chantest.SayOption) {
+		u := fmt.Sprintf("u%d", i%97)
+		return channel.Chat{Kind: channel.Group, ID: fmt.Sprintf("g%d", i%64)}, channel.Sender{ID: u, Name: "User " + u}, nil
+	})
+}
+
+// BenchmarkPipelineRepliedLatency: private messages at 100/s, a load the
+// pipeline keeps up with, so p50/p99 are the latency the pipeline adds.
+func BenchmarkPipelineRepliedLatency(b *testing.B) {
+	benchPipelineAt(b, 100, func(i int) (channel.Chat, channel.Sender, []chantest.SayOption) {
+		u := fmt.Sprintf("u%d", i%256)
+		return channel.Chat{Kind: channel.Private, ID: u}, channel.Sender{ID: u, Name: "User " + u}, nil
+	})
+}
+
+// BenchmarkPipelineIgnoredLatency: unprompted group chatter at 200/s.
+func BenchmarkPipelineIgnoredLatency(b *testing.B) {
+	benchPipelineAt(b, 200, func(i int) (channel.Chat, channel.Sender, []chantest.SayOption) {
 		u := fmt.Sprintf("u%d", i%97)
 		return channel.Chat{Kind: channel.Group, ID: fmt.Sprintf("g%d", i%64)}, channel.Sender{ID: u, Name: "User " + u}, nil
 	})

@@ -13,6 +13,8 @@ import (
 	"github.com/personakit/persona/gate"
 	"github.com/personakit/persona/inbound"
 	"github.com/personakit/persona/memory"
+	"github.com/personakit/persona/outbound"
+	"github.com/personakit/persona/outcome"
 	"github.com/personakit/persona/store"
 )
 
@@ -62,7 +64,7 @@ func (p *Pipeline) buildGeneration(db *store.DB) error {
 		}
 		g.summaries = make(chan string, 256)
 	}
-	if p.opt.Agent && p.opt.Runner == nil {
+	if p.opt.Agent && !p.opt.customRunner {
 		reg := p.opt.Tools
 		if reg == nil {
 			reg = agent.NewRegistry()
@@ -124,26 +126,26 @@ func (p *Pipeline) sessionValue(ctx context.Context, session, name string, make 
 // history, then the per-turn blocks after the cache breakpoint, the speaker,
 // the clock and the current message, with ids aliased) and runs the
 // Runner. The reply comes back with real ids restored.
-func (p *Pipeline) generate(ctx context.Context, l inbound.Lease, t *gate.Turn, hist []memory.Entry, extra []channel.Event, rec *inbound.Outcome) (string, usageInfo, error) {
+func (p *Pipeline) generate(ctx context.Context, l inbound.Lease, t *gate.Turn, hist []memory.Entry, extra []channel.Event, rec *inbound.Outcome) (string, usageInfo, []string, error) {
 	g, ev := p.gen, l.Event
 	secret, err := p.sessionValue(ctx, l.SessionKey, flagAliasSecret, func() (string, error) {
 		b, err := agent.NewAliasSecret()
 		return hex.EncodeToString(b), err
 	})
 	if err != nil {
-		return "", usageInfo{}, fmt.Errorf("alias secret: %w", err)
+		return "", usageInfo{}, nil, fmt.Errorf("alias secret: %w", err)
 	}
 	raw, err := hex.DecodeString(secret)
 	if err != nil {
-		return "", usageInfo{}, fmt.Errorf("alias secret: %w", err)
+		return "", usageInfo{}, nil, fmt.Errorf("alias secret: %w", err)
 	}
 	al, err := agent.NewAliaser(raw)
 	if err != nil {
-		return "", usageInfo{}, err
+		return "", usageInfo{}, nil, err
 	}
 	anchor, err := p.sessionValue(ctx, l.SessionKey, flagHistoryAnchor, nil)
 	if err != nil {
-		return "", usageInfo{}, fmt.Errorf("history anchor: %w", err)
+		return "", usageInfo{}, nil, fmt.Errorf("history anchor: %w", err)
 	}
 	in := agent.ContextInput{Persona: p.opt.Persona, Rules: p.opt.Rules, HistoryAnchor: anchor, Chat: ev.Chat,
 		Speaker: agent.Speaker{ID: ev.Sender.ID, Name: ev.Sender.Name, Role: ev.Sender.Role, Owner: t.Owner},
@@ -154,7 +156,7 @@ func (p *Pipeline) generate(ctx context.Context, l inbound.Lease, t *gate.Turn, 
 		} else if ok {
 			in.Summary = sum.Text
 			if hist, err = memory.RecentAfter(ctx, p.opt.History, l.SessionKey, sum.Watermark, historyWindow); err != nil {
-				return "", usageInfo{}, fmt.Errorf("history: %w", err)
+				return "", usageInfo{}, nil, fmt.Errorf("history: %w", err)
 			}
 			hist = p.before(hist, l)
 		}
@@ -185,13 +187,15 @@ func (p *Pipeline) generate(ctx context.Context, l inbound.Lease, t *gate.Turn, 
 	defer cancel()
 	rec.Timings.GenerationStart = p.clk.Now()
 	var res *agent.Result
+	var said []string
 	run := agent.RunInput{Model: p.opt.Model, Request: asm.Request(agent.PurposeChat), Owner: t.Owner}
 	if g.loop != nil {
 		var lr *agent.LoopResult
 		lr, err = g.loop.RunLoop(gctx, agent.LoopInput{RunInput: run, SessionKey: l.SessionKey,
-			Group: ev.Chat.Kind == channel.Group, Message: ev.Text(), Deadline: p.clk.Now().Add(p.opt.RequestTimeout - time.Second)})
+			Group: ev.Chat.Kind == channel.Group, Message: ev.Text(), Say: p.sayFunc(l, al),
+			Deadline: p.clk.Now().Add(p.opt.RequestTimeout - time.Second)})
 		if lr != nil {
-			res = &lr.Result
+			res, said = &lr.Result, lr.Said
 		}
 	} else {
 		res, err = p.opt.Runner.Run(gctx, run)
@@ -201,13 +205,35 @@ func (p *Pipeline) generate(ctx context.Context, l inbound.Lease, t *gate.Turn, 
 		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
 			err = &agent.Error{Kind: agent.KindTimeout, Message: "turn request timeout", Err: err}
 		}
-		return "", usageInfo{}, err
+		return "", usageInfo{}, nil, err
 	}
 	text, unknown := al.Restore(res.Text)
 	if len(unknown) > 0 {
 		p.log.Info("reply mentions unknown aliases", "session", l.SessionKey, "aliases", unknown)
 	}
-	return text, usageInfo{Usage: res.Usage, model: res.Model}, nil
+	for i, s := range said {
+		said[i], _ = al.Restore(s)
+	}
+	return text, usageInfo{Usage: res.Usage, model: res.Model}, said, nil
+}
+
+// sayFunc sends the agent's say lines at once, each through the delivery
+// ledger under its own id (the turn id plus the line number), so a retried
+// turn never says a line twice.
+func (p *Pipeline) sayFunc(l inbound.Lease, al *agent.Aliaser) func(context.Context, string) error {
+	n := 0
+	return func(ctx context.Context, text string) error {
+		n++
+		st := p.channelFor(l.Event.Platform, l.Event.BotID)
+		if st == nil {
+			return fmt.Errorf("no channel for platform %q", l.Event.Platform)
+		}
+		text, _ = al.Restore(text)
+		_, err := p.sender.Send(ctx, outbound.Reply{TurnID: fmt.Sprintf("%s/say/%d", l.ID, n), SessionKey: l.SessionKey,
+			Channel: st.ch, Chat: l.Event.Chat, Text: text, Code: outcome.Replied, Reason: "said during the agent run",
+			CurrentMessageID: l.Event.MessageID, Guard: p.sendGuard(l, nil)})
+		return err
+	}
 }
 
 // before keeps the entries that are context for the current message.

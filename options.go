@@ -140,6 +140,8 @@ type Options struct {
 	Logger *slog.Logger
 	// OnOutcome is called after a message's terminal record is written.
 	OnOutcome func(id string, o inbound.Outcome)
+
+	customRunner bool // Runner was set by the embedder
 }
 
 // Defaults used for zero Options fields.
@@ -203,6 +205,7 @@ func (o *Options) applyDefaults() error {
 		}
 		o.Persona = string(b)
 	}
+	o.customRunner = o.Runner != nil
 	if o.Runner == nil {
 		o.Runner = agent.SingleCall
 	}

@@ -224,7 +224,7 @@ func (p *Pipeline) turn(ctx context.Context, l inbound.Lease) action {
 			extra = append(slices.Clone(companions), run.snapshot()[1:]...)
 		}
 		p.countModelCall(ctx, &ev)
-		text, usage, err := p.generate(gctx, l, t, hist, extra, &rec)
+		text, usage, said, err := p.generate(gctx, l, t, hist, extra, &rec)
 		if run != nil && ctx.Err() == nil {
 			if run.stopped() {
 				return complete(outcome.SupersededFollowUp, "a newer message from the same person superseded this reply; the newer turn answers both")
@@ -248,6 +248,7 @@ func (p *Pipeline) turn(ctx context.Context, l inbound.Lease) action {
 		}
 		rec.Tokens = append(rec.Tokens, tokens(agent.PurposeChat, usage.model, usage.Usage))
 		prop := p.proposal(l, t, st, text, hist)
+		prop.Said = said
 		v2, err = p.reviewer.Review(ctx, prop)
 		if err == nil && v2.Regenerate {
 			// No image-description stage exists yet: review the same draft

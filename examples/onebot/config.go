@@ -5,12 +5,11 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 
 	"github.com/personakit/persona/channel/onebot"
+	"github.com/personakit/persona/internal/botenv"
 )
 
 // The environment variables the bot reads (besides the model variables of
@@ -22,11 +21,11 @@ const (
 	envToken    = "PERSONA_ONEBOT_TOKEN"
 	envSecret   = "PERSONA_ONEBOT_SECRET"
 	envDialect  = "PERSONA_ONEBOT_DIALECT"
-	envSoul     = "PERSONA_SOUL"
-	envData     = "PERSONA_DATA"
-	envOwner    = "PERSONA_OWNER"
-	envAliases  = "PERSONA_ALIASES"
-	envLogLevel = "PERSONA_LOG_LEVEL"
+	envSoul     = botenv.EnvSoul
+	envData     = botenv.EnvData
+	envOwner    = botenv.EnvOwner
+	envAliases  = botenv.EnvAliases
+	envLogLevel = botenv.EnvLogLevel
 )
 
 // Defaults of the bot.
@@ -104,34 +103,11 @@ func loadConfig(getenv func(string) string) (config, error) {
 		bad("%s=%q: want %s, %s or %s", envDialect, getenv(envDialect), onebot.DialectNapCat, onebot.DialectLagrange, onebot.DialectGoCQHTTP)
 	}
 
-	cfg.soul, cfg.soulFrom = defaultSoul, "built-in SOUL.md (Mira)"
-	if path := get(envSoul); path != "" {
-		b, err := os.ReadFile(path)
-		switch {
-		case err != nil:
-			bad("%s: %w", envSoul, err)
-		case strings.TrimSpace(string(b)) == "":
-			bad("%s: %s is empty", envSoul, path)
-		default:
-			cfg.soul, cfg.soulFrom = string(b), path
-		}
-	}
-	cfg.dataDir = get(envData)
-	if cfg.dataDir == "" {
-		cfg.dataDir = filepath.FromSlash(defaultDataDir)
-	}
-	cfg.owners = list(get(envOwner))
-	for _, id := range cfg.owners {
-		if n, err := strconv.ParseInt(id, 10, 64); err != nil || n <= 0 {
-			bad("%s: %q is not a QQ number", envOwner, id)
-		}
-	}
-	cfg.aliases = list(get(envAliases))
-	if lv := get(envLogLevel); lv != "" {
-		if err := cfg.level.UnmarshalText([]byte(lv)); err != nil {
-			bad("%s=%q: want debug, info, warn or error", envLogLevel, lv)
-		}
-	}
+	common, cerrs := botenv.Load(getenv, botenv.Defaults{Soul: defaultSoul, SoulName: "built-in SOUL.md (Mira)",
+		DataDir: defaultDataDir, Owner: checkOwner})
+	errs = append(errs, cerrs...)
+	cfg.soul, cfg.soulFrom, cfg.dataDir = common.Soul, common.SoulFrom, common.DataDir
+	cfg.owners, cfg.aliases, cfg.level = common.Owners, common.Aliases, common.Level
 	return cfg, errors.Join(errs...)
 }
 
@@ -156,13 +132,10 @@ func checkURL(errs *[]error, raw string, mode onebot.Mode, schemes ...string) {
 	*errs = append(*errs, fmt.Errorf("%s=%q: %s mode needs a %s URL (e.g. %s)", envURL, raw, mode, strings.Join(schemes, ":// or ")+"://", example))
 }
 
-// list splits a comma-separated variable, dropping blanks.
-func list(s string) []string {
-	var out []string
-	for part := range strings.SplitSeq(s, ",") {
-		if part = strings.TrimSpace(part); part != "" {
-			out = append(out, part)
-		}
+// checkOwner accepts only positive numeric account ids.
+func checkOwner(id string) error {
+	if n, err := strconv.ParseInt(id, 10, 64); err != nil || n <= 0 {
+		return fmt.Errorf("%q is not a QQ number", id)
 	}
-	return out
+	return nil
 }

@@ -5,12 +5,11 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 
 	"github.com/personakit/persona/channel/telegram"
+	"github.com/personakit/persona/internal/botenv"
 )
 
 // The environment variables the bot reads (besides the model variables of
@@ -21,11 +20,11 @@ const (
 	envWebhookAddr   = "PERSONA_TELEGRAM_WEBHOOK_ADDR"
 	envWebhookSecret = "PERSONA_TELEGRAM_WEBHOOK_SECRET"
 	envWebhookURL    = "PERSONA_TELEGRAM_WEBHOOK_URL"
-	envSoul          = "PERSONA_SOUL"
-	envData          = "PERSONA_DATA"
-	envOwner         = "PERSONA_OWNER"
-	envAliases       = "PERSONA_ALIASES"
-	envLogLevel      = "PERSONA_LOG_LEVEL"
+	envSoul          = botenv.EnvSoul
+	envData          = botenv.EnvData
+	envOwner         = botenv.EnvOwner
+	envAliases       = botenv.EnvAliases
+	envLogLevel      = botenv.EnvLogLevel
 )
 
 // defaultDataDir holds the database and the getUpdates offset.
@@ -96,34 +95,11 @@ func loadConfig(getenv func(string) string) (config, error) {
 		}
 	}
 
-	cfg.soul, cfg.soulFrom = defaultSoul, "built-in SOUL.md (Mira)"
-	if path := get(envSoul); path != "" {
-		b, err := os.ReadFile(path)
-		switch {
-		case err != nil:
-			bad("%s: %w", envSoul, err)
-		case strings.TrimSpace(string(b)) == "":
-			bad("%s: %s is empty", envSoul, path)
-		default:
-			cfg.soul, cfg.soulFrom = string(b), path
-		}
-	}
-	cfg.dataDir = get(envData)
-	if cfg.dataDir == "" {
-		cfg.dataDir = filepath.FromSlash(defaultDataDir)
-	}
-	cfg.owners = list(get(envOwner))
-	for _, id := range cfg.owners {
-		if n, err := strconv.ParseInt(id, 10, 64); err != nil || n <= 0 {
-			bad("%s: %q is not a numeric Telegram user id (ask @userinfobot for yours)", envOwner, id)
-		}
-	}
-	cfg.aliases = list(get(envAliases))
-	if lv := get(envLogLevel); lv != "" {
-		if err := cfg.level.UnmarshalText([]byte(lv)); err != nil {
-			bad("%s=%q: want debug, info, warn or error", envLogLevel, lv)
-		}
-	}
+	common, cerrs := botenv.Load(getenv, botenv.Defaults{Soul: defaultSoul, SoulName: "built-in SOUL.md (Mira)",
+		DataDir: defaultDataDir, Owner: checkOwner})
+	errs = append(errs, cerrs...)
+	cfg.soul, cfg.soulFrom, cfg.dataDir = common.Soul, common.SoulFrom, common.DataDir
+	cfg.owners, cfg.aliases, cfg.level = common.Owners, common.Aliases, common.Level
 	return cfg, errors.Join(errs...)
 }
 
@@ -144,13 +120,10 @@ func checkSecret(s string) error {
 	return nil
 }
 
-// list splits a comma-separated variable, dropping blanks.
-func list(s string) []string {
-	var out []string
-	for part := range strings.SplitSeq(s, ",") {
-		if part = strings.TrimSpace(part); part != "" {
-			out = append(out, part)
-		}
+// checkOwner accepts only positive numeric account ids.
+func checkOwner(id string) error {
+	if n, err := strconv.ParseInt(id, 10, 64); err != nil || n <= 0 {
+		return fmt.Errorf("%q is not a numeric Telegram user id (ask @userinfobot for yours)", id)
 	}
-	return out
+	return nil
 }

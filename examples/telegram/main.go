@@ -48,11 +48,9 @@ import (
 
 	"github.com/personakit/persona"
 	"github.com/personakit/persona/agent"
-	"github.com/personakit/persona/agent/agenttest"
-	"github.com/personakit/persona/agent/openai"
 	"github.com/personakit/persona/channel"
 	"github.com/personakit/persona/channel/telegram"
-	"github.com/personakit/persona/outbound"
+	"github.com/personakit/persona/internal/botenv"
 )
 
 //go:embed SOUL.md
@@ -150,33 +148,6 @@ func warnings(log *slog.Logger, cfg config) {
 
 // pickModel returns the configured model, or the offline demo model.
 func pickModel(getenv func(string) string) (agent.Model, string, error) {
-	if cfg, ok := openai.FromEnv(getenv); ok {
-		m, err := openai.New(cfg)
-		if err != nil {
-			return nil, "", fmt.Errorf("model (%s, %s, %s): %w", openai.EnvBaseURL, openai.EnvAPIKey, openai.EnvModel, err)
-		}
-		base := cfg.BaseURL
-		if base == "" {
-			base = "the OpenAI API"
-		}
-		return m, fmt.Sprintf("%s at %s", cfg.Model, base), nil
-	}
-	demo := agenttest.New()
-	demo.Otherwise(agenttest.Func(offlineReply))
-	return demo, "offline demo model: no model is configured (set " + openai.EnvBaseURL + " and " + openai.EnvAPIKey +
-		" or " + openai.EnvOpenAIAPIKey + ", and " + openai.EnvModel + "); it only echoes, everything else is the real pipeline", nil
-}
-
-// offlineReply echoes the current message in two chat messages, so the
-// demo shows the quote on the first chunk only (in groups).
-func offlineReply(_ context.Context, req agent.Request) (*agent.Response, error) {
-	current := ""
-	for _, m := range req.Messages {
-		if m.Role == agent.RoleUser && strings.HasPrefix(m.Content, "[current] ") {
-			current = m.Content
-		}
-	}
-	_, said, _ := strings.Cut(current, ": ")
-	text := fmt.Sprintf("(offline demo) You said %q", strings.TrimSpace(said)) + outbound.MsgMarker + "(no model configured)"
-	return &agent.Response{Text: text, Model: "offline-demo"}, nil
+	m, desc, _, err := botenv.Model(getenv)
+	return m, desc, err
 }

@@ -1,0 +1,137 @@
+// Package botenv reads the settings every reference bot (examples/onebot,
+// examples/telegram) shares from the environment: the persona, the data
+// directory, owners, aliases, the log level and the model, with the offline
+// demo model when no model is configured. It has no public contract.
+package botenv
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/personakit/persona/agent"
+	"github.com/personakit/persona/agent/agenttest"
+	"github.com/personakit/persona/agent/openai"
+	"github.com/personakit/persona/outbound"
+)
+
+// The shared environment variables (besides the model variables of
+// agent/openai.FromEnv).
+const (
+	EnvSoul     = "PERSONA_SOUL"
+	EnvData     = "PERSONA_DATA"
+	EnvOwner    = "PERSONA_OWNER"
+	EnvAliases  = "PERSONA_ALIASES"
+	EnvLogLevel = "PERSONA_LOG_LEVEL"
+)
+
+// Common is what every reference bot reads.
+type Common struct {
+	Soul     string // SOUL.md text
+	SoulFrom string // where it came from, for the banner
+	DataDir  string
+	Owners   []string
+	Aliases  []string
+	Level    slog.Level
+}
+
+// Defaults are a bot's own defaults for Load.
+type Defaults struct {
+	Soul     string // the built-in SOUL.md
+	SoulName string // how the banner names it
+	DataDir  string // slash-separated
+	// Owner checks one owner id (nil = any non-empty id).
+	Owner func(id string) error
+}
+
+// Load reads the shared variables and returns every problem, each naming
+// its variable.
+func Load(getenv func(string) string, d Defaults) (Common, []error) {
+	var errs []error
+	bad := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
+	get := func(k string) string { return strings.TrimSpace(getenv(k)) }
+
+	c := Common{Soul: d.Soul, SoulFrom: d.SoulName}
+	if path := get(EnvSoul); path != "" {
+		b, err := os.ReadFile(path)
+		switch {
+		case err != nil:
+			bad("%s: %w", EnvSoul, err)
+		case strings.TrimSpace(string(b)) == "":
+			bad("%s: %s is empty", EnvSoul, path)
+		default:
+			c.Soul, c.SoulFrom = string(b), path
+		}
+	}
+	c.DataDir = get(EnvData)
+	if c.DataDir == "" {
+		c.DataDir = filepath.FromSlash(d.DataDir)
+	}
+	c.Owners = List(get(EnvOwner))
+	if d.Owner != nil {
+		for _, id := range c.Owners {
+			if err := d.Owner(id); err != nil {
+				bad("%s: %w", EnvOwner, err)
+			}
+		}
+	}
+	c.Aliases = List(get(EnvAliases))
+	if lv := get(EnvLogLevel); lv != "" {
+		if err := c.Level.UnmarshalText([]byte(lv)); err != nil {
+			bad("%s=%q: want debug, info, warn or error", EnvLogLevel, lv)
+		}
+	}
+	return c, errs
+}
+
+// List splits a comma-separated variable, dropping blanks.
+func List(s string) []string {
+	var out []string
+	for part := range strings.SplitSeq(s, ",") {
+		if part = strings.TrimSpace(part); part != "" {
+			out = append(out, part)
+		}
+	}
+	return out
+}
+
+// Model returns the configured model and a line describing it, or the
+// offline demo model (offline=true) when no model is configured.
+func Model(getenv func(string) string) (m agent.Model, desc string, offline bool, err error) {
+	if cfg, ok := openai.FromEnv(getenv); ok {
+		m, err := openai.New(cfg)
+		if err != nil {
+			return nil, "", false, fmt.Errorf("model (%s, %s, %s): %w", openai.EnvBaseURL, openai.EnvAPIKey, openai.EnvModel, err)
+		}
+		base := cfg.BaseURL
+		if base == "" {
+			base = "the OpenAI API"
+		}
+		return m, fmt.Sprintf("%s at %s", cfg.Model, base), false, nil
+	}
+	demo := agenttest.New()
+	demo.Otherwise(agenttest.Func(OfflineReply))
+	return demo, "offline demo model: no model is configured (set " + openai.EnvBaseURL + " and " + openai.EnvAPIKey +
+		" or " + openai.EnvOpenAIAPIKey + ", and " + openai.EnvModel + "); it only echoes, everything else is the real pipeline", true, nil
+}
+
+// OfflineReply echoes the current message in two chat messages, so the
+// demo shows the quote on the first chunk only.
+func OfflineReply(_ context.Context, req agent.Request) (*agent.Response, error) {
+	current := ""
+	for _, m := range req.Messages {
+		if m.Role == agent.RoleUser && strings.HasPrefix(m.Content, "[current] ") {
+			current = m.Content
+		}
+	}
+	_, said, _ := strings.Cut(current, ": ")
+	text := fmt.Sprintf("(offline demo) You said %q", strings.TrimSpace(said)) + outbound.MsgMarker + "(no model configured)"
+	return &agent.Response{Text: text, Model: "offline-demo"}, nil
+}
+
+// ErrOwner is wrapped by owner-id checks that the bots pass to Load.
+var ErrOwner = errors.New("not a valid account id")

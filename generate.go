@@ -3,6 +3,7 @@ package persona
 import (
 	"context"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -70,7 +71,7 @@ func (p *Pipeline) buildGeneration(db *store.DB) error {
 			reg = agent.NewRegistry()
 		}
 		loop, err := agent.NewLoop(agent.LoopConfig{Registry: reg, Clock: p.clk, Logger: p.log,
-			RequestTimeout: p.opt.RequestTimeout, Secrets: p.opt.Secrets})
+			RequestTimeout: p.opt.RequestTimeout, Secrets: p.opt.Secrets, Snapshots: flagSnapshots{p}})
 		if err != nil {
 			return err
 		}
@@ -78,6 +79,33 @@ func (p *Pipeline) buildGeneration(db *store.DB) error {
 	}
 	p.gen = g
 	return nil
+}
+
+// flagSnapshots keeps the agent's loaded-tool snapshots of group sessions
+// in the session flags, so a restart keeps them (valid 30 minutes).
+type flagSnapshots struct{ p *Pipeline }
+
+const flagToolSnapshot = "tool_snapshot"
+
+func (s flagSnapshots) LoadSnapshot(ctx context.Context, session string) (agent.ToolSnapshot, bool, error) {
+	f, ok, err := s.p.flags.GetFlag(ctx, session, "", flagToolSnapshot)
+	if err != nil || !ok || !f.Active(s.p.clk.Now()) {
+		return agent.ToolSnapshot{}, false, err
+	}
+	var snap agent.ToolSnapshot
+	if err := json.Unmarshal([]byte(f.Value), &snap); err != nil {
+		return agent.ToolSnapshot{}, false, fmt.Errorf("tool snapshot: %w", err)
+	}
+	return snap, true, nil
+}
+
+func (s flagSnapshots) SaveSnapshot(ctx context.Context, session string, snap agent.ToolSnapshot) error {
+	b, err := json.Marshal(snap)
+	if err != nil {
+		return err
+	}
+	return s.p.flags.SetFlag(ctx, gate.Flag{SessionKey: session, Name: flagToolSnapshot,
+		Until: snap.SavedAt.Add(agent.DefaultSnapshotTTL), Value: string(b)})
 }
 
 // runMemory runs the extraction workers and the summary refresher until

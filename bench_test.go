@@ -35,7 +35,9 @@ func benchPipelineAt(b *testing.B, rate int, mk func(i int) (channel.Chat, chann
 	lat := make([]time.Duration, 0, b.N)
 	all := make(chan struct{})
 	p, err := persona.New(persona.Options{
-		Channels: []channel.Channel{ch}, DataDir: b.TempDir(), Model: model, NoPacing: true, NoRouter: true,
+		// Bare: no history capability, so no reconnect backfill walks the
+		// chats during the measurement.
+		Channels: []channel.Channel{ch.Bare()}, DataDir: b.TempDir(), Model: model, NoPacing: true, NoRouter: true,
 		OnOutcome: func(id string, _ inbound.Outcome) {
 			now := time.Now()
 			mu.Lock()

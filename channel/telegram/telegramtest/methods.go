@@ -522,6 +522,26 @@ func entitiesOK(text string, ents []MessageEntity) bool {
 	return true
 }
 
+// targetLocked resolves the chat and the optional reply target of a send,
+// answering the request with the error when one of them is bad.
+func (s *Server) targetLocked(w http.ResponseWriter, p params) (cs *chatState, reply *Message, replyID int64, ok bool) {
+	cs, bad := s.chatParamLocked(p)
+	if bad != "" {
+		badRequest(w, bad)
+		return nil, nil, 0, false
+	}
+	if cs.kicked {
+		writeError(w, kickedError(cs))
+		return nil, nil, 0, false
+	}
+	reply, replyID, bad = s.replyLocked(cs, p)
+	if bad != "" {
+		badRequest(w, bad)
+		return nil, nil, 0, false
+	}
+	return cs, reply, replyID, true
+}
+
 func (s *Server) sendMessage(w http.ResponseWriter, p params) {
 	text, _ := p.str("text")
 	var ents []MessageEntity
@@ -542,18 +562,8 @@ func (s *Server) sendMessage(w http.ResponseWriter, p params) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	cs, bad := s.chatParamLocked(p)
-	if bad != "" {
-		badRequest(w, bad)
-		return
-	}
-	if cs.kicked {
-		writeError(w, kickedError(cs))
-		return
-	}
-	reply, replyID, bad := s.replyLocked(cs, p)
-	if bad != "" {
-		badRequest(w, bad)
+	cs, reply, replyID, ok := s.targetLocked(w, p)
+	if !ok {
 		return
 	}
 	bot := s.bot
@@ -591,18 +601,8 @@ func (s *Server) sendMedia(w http.ResponseWriter, method string, p params) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	cs, bad := s.chatParamLocked(p)
-	if bad != "" {
-		badRequest(w, bad)
-		return
-	}
-	if cs.kicked {
-		writeError(w, kickedError(cs))
-		return
-	}
-	reply, replyID, bad := s.replyLocked(cs, p)
-	if bad != "" {
-		badRequest(w, bad)
+	cs, reply, replyID, ok := s.targetLocked(w, p)
+	if !ok {
 		return
 	}
 	fileID := ref

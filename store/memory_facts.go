@@ -88,24 +88,8 @@ func (d *DB) CandidateFacts(ctx context.Context, f memory.FactFilter) ([]memory.
 	if now.IsZero() {
 		now = d.clk.Now()
 	}
-	rows, err := d.rdb.QueryContext(ctx, sqlCandidateFacts, ms(now), f.SessionKey, f.Platform, string(participants),
-		f.CrossChannel, f.CrossGroup, limit)
-	if err != nil {
-		return nil, fmt.Errorf("store: candidate facts: %w", err)
-	}
-	defer func() { _ = rows.Close() }()
-	var out []memory.Fact
-	for rows.Next() {
-		fact, err := scanFact(rows)
-		if err != nil {
-			return nil, fmt.Errorf("store: candidate facts: %w", err)
-		}
-		out = append(out, fact)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("store: candidate facts: %w", err)
-	}
-	return out, nil
+	return selectAll(ctx, d, "candidate facts", scanFact, sqlCandidateFacts, ms(now), f.SessionKey, f.Platform,
+		string(participants), f.CrossChannel, f.CrossGroup, limit)
 }
 
 func nonNil[T any](s []T) []T {
@@ -186,21 +170,8 @@ func (d *DB) Fact(ctx context.Context, id int64) (memory.Fact, error) {
 // Facts returns every fact row about the subject on the platform (all
 // versions and states), oldest first: for owner tools and tests.
 func (d *DB) Facts(ctx context.Context, platform, subjectUserID string) ([]memory.Fact, error) {
-	rows, err := d.rdb.QueryContext(ctx, `SELECT `+factCols+` FROM memory_items
+	return selectAll(ctx, d, "facts", scanFact, `SELECT `+factCols+` FROM memory_items
 WHERE platform = ? AND subject_user_id = ? ORDER BY id`, platform, subjectUserID)
-	if err != nil {
-		return nil, fmt.Errorf("store: facts: %w", err)
-	}
-	defer func() { _ = rows.Close() }()
-	var out []memory.Fact
-	for rows.Next() {
-		f, err := scanFact(rows)
-		if err != nil {
-			return nil, fmt.Errorf("store: facts: %w", err)
-		}
-		out = append(out, f)
-	}
-	return out, rows.Err()
 }
 
 // ApplyChanges implements memory.FactStore.

@@ -670,23 +670,7 @@ func (d *DB) Records(ctx context.Context, q RecordQuery) ([]inbound.Record, erro
 		stmt += " LIMIT ?"
 		args = append(args, q.Limit)
 	}
-	rows, err := d.rdb.QueryContext(ctx, stmt, args...)
-	if err != nil {
-		return nil, fmt.Errorf("store: records: %w", err)
-	}
-	defer func() { _ = rows.Close() }()
-	var out []inbound.Record
-	for rows.Next() {
-		r, err := scanRecord(rows)
-		if err != nil {
-			return nil, fmt.Errorf("store: records: %w", err)
-		}
-		out = append(out, r)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("store: records: %w", err)
-	}
-	return out, nil
+	return selectAll(ctx, d, "records", scanRecord, stmt, args...)
 }
 
 // NewestEventTime returns the newest event time in the transcript (every

@@ -10,11 +10,16 @@
 // package with a small interface:
 //
 //  1. channel: platform message → normalised channel.Event
-//  2. inbound: the durable queue (idempotent enqueue, leases, retries)
-//  3. gate, route: deterministic gates → direct triggers → router
-//  4. agent: context assembly (stable prefix first)
-//  5. agent: generation (one model call, or a Runner of your own)
-//  6. outbound: pre-send review
+//     (channel/onebot, channel/telegram, or your own adapter)
+//  2. inbound: the durable queue (idempotent enqueue, leases, retries) and
+//     the per-channel coordinator (checkpoints, reconnect backfill, gaps)
+//  3. gate, route: deterministic gates → direct triggers → router; the same
+//     person's bursts are merged into the reply being generated
+//  4. agent, memory: context assembly (stable prefix first, aliased ids,
+//     recalled memory after the cache breakpoint)
+//  5. agent: generation (one model call, the agent tool loop with
+//     Options.Agent, or a Runner of your own)
+//  6. outbound: pre-send review (silence, dedup, audit, stop windows)
 //  7. outbound: chunked sending through the delivery ledger
 //  8. store: the outcome record (code + reason) of every message
 //

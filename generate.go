@@ -23,9 +23,11 @@ import (
 const (
 	flagAliasSecret   = "alias_secret"
 	flagHistoryAnchor = "history_anchor"
-	// historyWindow bounds how much history after the summary watermark a
-	// prompt is built from; the context builder trims it to the budget in
-	// epochs.
+	// historyWindow bounds how much history (after the summary watermark,
+	// when there is one) a prompt is built from. The context builder keeps
+	// the window from the previous turn's anchor and advances it in epochs,
+	// so the input must reach back past the anchor: a short sliding window
+	// (the last 30 messages) would move the prompt prefix on every turn.
 	historyWindow = 400
 )
 
@@ -154,7 +156,7 @@ func (p *Pipeline) sessionValue(ctx context.Context, session, name string, make 
 // history, then the per-turn blocks after the cache breakpoint, the speaker,
 // the clock and the current message, with ids aliased) and runs the
 // Runner. The reply comes back with real ids restored.
-func (p *Pipeline) generate(ctx context.Context, l inbound.Lease, t *gate.Turn, hist []memory.Entry, extra []channel.Event, rec *inbound.Outcome) (string, usageInfo, []string, error) {
+func (p *Pipeline) generate(ctx context.Context, l inbound.Lease, t *gate.Turn, extra []channel.Event, rec *inbound.Outcome) (string, usageInfo, []string, error) {
 	g, ev := p.gen, l.Event
 	secret, err := p.sessionValue(ctx, l.SessionKey, flagAliasSecret, func() (string, error) {
 		b, err := agent.NewAliasSecret()
@@ -178,17 +180,19 @@ func (p *Pipeline) generate(ctx context.Context, l inbound.Lease, t *gate.Turn, 
 	in := agent.ContextInput{Persona: p.opt.Persona, Rules: p.opt.Rules, HistoryAnchor: anchor, Chat: ev.Chat,
 		Speaker: agent.Speaker{ID: ev.Sender.ID, Name: ev.Sender.Name, Role: ev.Sender.Role, Owner: t.Owner},
 		Now:     p.clk.Now(), Zone: p.opt.Zone, Current: agent.ChatMessageFromEvent(&ev, false), Aliaser: al}
+	var watermark memory.Watermark
 	if g.summarizer != nil {
 		if sum, ok, err := g.summarizer.Checkpoint(ctx, l.SessionKey); err != nil {
 			p.log.Warn("summary checkpoint", "session", l.SessionKey, "err", err)
 		} else if ok {
-			in.Summary = sum.Text
-			if hist, err = memory.RecentAfter(ctx, p.opt.History, l.SessionKey, sum.Watermark, historyWindow); err != nil {
-				return "", usageInfo{}, nil, fmt.Errorf("history: %w", err)
-			}
-			hist = p.before(hist, l)
+			in.Summary, watermark = sum.Text, sum.Watermark
 		}
 	}
+	hist, err := memory.RecentAfter(ctx, p.opt.History, l.SessionKey, watermark, historyWindow)
+	if err != nil {
+		return "", usageInfo{}, nil, fmt.Errorf("history: %w", err)
+	}
+	hist = p.before(hist, l)
 	for _, e := range hist {
 		in.History = append(in.History, agent.ChatMessageFromEvent(&e.Event, e.Direction == memory.Out))
 	}

@@ -224,7 +224,7 @@ func (p *Pipeline) turn(ctx context.Context, l inbound.Lease) action {
 			extra = append(slices.Clone(companions), run.snapshot()[1:]...)
 		}
 		p.countModelCall(ctx, &ev)
-		text, usage, said, err := p.generate(gctx, l, t, hist, extra, &rec)
+		text, usage, said, err := p.generate(gctx, l, t, extra, &rec)
 		if run != nil && ctx.Err() == nil {
 			if run.stopped() {
 				return complete(outcome.SupersededFollowUp, "a newer message from the same person superseded this reply; the newer turn answers both")

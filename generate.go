@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/personakit/persona/agent"
@@ -117,7 +118,11 @@ func (p *Pipeline) runMemory(ctx context.Context) error {
 	if g.extractor == nil {
 		return nil
 	}
-	go func() {
+	// Both stop with ctx and are waited for, so nothing touches the store
+	// after Run returns.
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	wg.Go(func() {
 		for {
 			select {
 			case <-ctx.Done():
@@ -128,7 +133,7 @@ func (p *Pipeline) runMemory(ctx context.Context) error {
 				}
 			}
 		}
-	}()
+	})
 	return g.extractor.Run(ctx)
 }
 

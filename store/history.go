@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/personakit/persona/channel"
@@ -60,12 +61,11 @@ func (d *DB) Recent(ctx context.Context, sessionKey string, limit int) ([]memory
 	if limit <= 0 {
 		return nil, nil
 	}
+	// Newest first on the (session_key, event_time) index, reversed below:
+	// no sort, so no temporary B-tree.
 	rows, err := d.rdb.QueryContext(ctx, `
-SELECT id, session_key, direction, payload, recalled_at FROM (
-    SELECT rowid AS rid, id, session_key, direction, payload, recalled_at, event_time
-    FROM message_events WHERE session_key = ?
-    ORDER BY event_time DESC, rowid DESC LIMIT ?
-) ORDER BY event_time, rid`, sessionKey, limit)
+SELECT id, session_key, direction, payload, recalled_at FROM message_events WHERE session_key = ?
+ORDER BY event_time DESC, rowid DESC LIMIT ?`, sessionKey, limit)
 	if err != nil {
 		return nil, fmt.Errorf("store: recent %s: %w", sessionKey, err)
 	}
@@ -93,6 +93,7 @@ SELECT id, session_key, direction, payload, recalled_at FROM (
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("store: recent %s: %w", sessionKey, err)
 	}
+	slices.Reverse(out)
 	return out, nil
 }
 

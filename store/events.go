@@ -1,0 +1,67 @@
+package store
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/personakit/persona/channel"
+	"github.com/personakit/persona/memory"
+)
+
+// eventRow holds the message_events columns of one event, computed on the
+// caller's goroutine before the write is submitted.
+type eventRow struct {
+	id, session, platform, botID, chatKind, chatID, messageID string
+	seq                                                       int64
+	senderID, senderName                                      string
+	eventTime                                                 int64
+	text                                                      string
+	payload                                                   []byte
+	direction                                                 memory.Direction
+	recalledAt                                                any
+	searchTokens                                              string // see memory_search.go
+	searchSID                                                 int64
+}
+
+// newEventRow encodes ev for the message_events row with the given key.
+// A zero event time is replaced by now.
+func newEventRow(id, session string, ev *channel.Event, dir memory.Direction, recalled time.Time, now int64) (eventRow, error) {
+	payload, err := json.Marshal(ev)
+	if err != nil {
+		return eventRow{}, fmt.Errorf("%w: encode event %s: %w", ErrInvalid, id, err)
+	}
+	et := now
+	if !ev.Time.IsZero() {
+		et = ms(ev.Time)
+	}
+	return eventRow{
+		id: id, session: session, platform: ev.Platform, botID: ev.BotID,
+		chatKind: string(ev.Chat.Kind), chatID: ev.Chat.ID, messageID: ev.MessageID, seq: ev.Seq,
+		senderID: ev.Sender.ID, senderName: ev.Sender.Name, eventTime: et, text: ev.Text(),
+		payload: payload, direction: dir, recalledAt: nullMs(recalled),
+		searchTokens: searchTokens(ev, dir), searchSID: searchSID(session),
+	}, nil
+}
+
+const sqlUpsertEvent = `
+INSERT INTO message_events (id, session_key, platform, bot_id, chat_kind, chat_id, message_id, seq,
+    sender_id, sender_name, event_time, text, payload, direction, recalled_at, created_at,
+    search_tokens, search_sid)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)
+ON CONFLICT (id) DO UPDATE SET
+    session_key = excluded.session_key, platform = excluded.platform, bot_id = excluded.bot_id,
+    chat_kind = excluded.chat_kind, chat_id = excluded.chat_id, message_id = excluded.message_id,
+    seq = excluded.seq, sender_id = excluded.sender_id, sender_name = excluded.sender_name,
+    event_time = excluded.event_time, text = excluded.text, payload = excluded.payload,
+    direction = excluded.direction, recalled_at = COALESCE(excluded.recalled_at, recalled_at),
+    search_tokens = excluded.search_tokens, search_sid = excluded.search_sid`
+
+// upsertEvent writes the transcript row, keeping created_at (and recalled_at
+// unless a new one is given) of an existing row.
+func upsertEvent(tx wtx, r *eventRow, now int64) error {
+	_, err := tx.exec(sqlUpsertEvent, r.id, r.session, r.platform, r.botID, r.chatKind, r.chatID, r.messageID,
+		r.seq, r.senderID, r.senderName, r.eventTime, r.text, r.payload, string(r.direction), r.recalledAt, now,
+		r.searchTokens, r.searchSID)
+	return err
+}

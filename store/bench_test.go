@@ -1,6 +1,7 @@
 package store
 
 import (
+	"os"
 	"context"
 	"fmt"
 	"path/filepath"
@@ -67,6 +68,9 @@ func runThroughput(b *testing.B, direct bool, producers, consumers int) {
 	d, err := Open(filepath.Join(b.TempDir(), "bench.db"), Options{directWrites: direct})
 	require.NoError(b, err)
 	defer func() { require.NoError(b, d.Close()) }()
+	if os.Getenv("NOFTS") != "" {
+		require.NoError(b, d.write(context.Background(), func(tx wtx) error { _, err := tx.exec("DROP TRIGGER message_search_ai"); return err }))
+	}
 	items := benchItems(b.N, 1000)
 	ctx := context.Background()
 	var (
@@ -133,6 +137,7 @@ func runThroughput(b *testing.B, direct bool, producers, consumers int) {
 	b.StopTimer()
 	b.ReportMetric(float64(cpu.Microseconds())/float64(b.N), "cpu-µs/item")
 	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "items/s")
+	b.ReportMetric(float64(d.w.batchedOps.Load())/float64(max(d.w.batches.Load(), 1)), "ops/batch")
 
 	counts, err := d.CountOutcomes(ctx)
 	require.NoError(b, err)

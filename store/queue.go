@@ -1,13 +1,11 @@
 package store
 
 import (
-	"cmp"
 	"context"
 	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"time"
 
@@ -112,6 +110,14 @@ func (d *DB) Enqueue(ctx context.Context, it inbound.Item) (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("store: enqueue %s: %w", it.ID, err)
 	}
+	if enqueued {
+		d.sched.add(&schedItem{
+			id: it.ID, session: it.SessionKey, private: r.chatKind == string(channel.Private), priority: r.priority,
+			eventTime: r.ev.eventTime, history: r.history, availableAt: r.avail, payload: r.ev.payload,
+		}, now)
+	} else {
+		d.sched.raise(it.ID, r.priority, r.ev.payload, now)
+	}
 	return enqueued, nil
 }
 
@@ -203,96 +209,44 @@ func (d *DB) Record(ctx context.Context, it inbound.Item, o inbound.Outcome) (bo
 	return inserted, nil
 }
 
-// sqlClaim leases up to ?5 claimable items in one statement.
-//
-// A row is a candidate when it is pending and available, or leased with an
-// expired lease, and its session is below its in-flight limit (?3 for
-// private chats, ?4 for groups; unexpired leases count, looked up per
-// candidate on the (session_key, status) index), so sessions that are full
-// never crowd the front. The statement walks the
-// candidates in claim order on the covering index inbound_items_order and
-// keeps the first ?7 of them (the front). There it ranks each candidate
-// within its session (how many front candidates of the same session come
-// before it) and takes, in claim order, those whose rank plus the session's
-// unexpired leases stay within the limit.
-//
-// Ranking a prefix of the claim order gives exactly the ranks a ranking of
-// every candidate would: all candidates of a session that precede a row
-// precede it globally too. So the result is always the first items of the
-// ideal claim, and since the first candidate is always claimable, a claim
-// never comes back empty while something is claimable. It can come back
-// short of ?5 only when a few sessions' backlogs fill the whole front; the
-// next claim continues past them. The cost is bounded by the front, not by
-// the backlog. (A window function would express the rank too, but costs
-// several times more in SQLite for these few rows.)
+// sqlClaim leases the items the claim index picked (?4, a JSON array of
+// ids) in one statement. The guard repeats the claimability test, so an
+// item that changed under the index (another handle on the file) is not
+// leased twice: it just does not come back. ?5 lists the ids whose event
+// payload the index does not hold; only those read it.
 const sqlClaim = `
-WITH front AS MATERIALIZED (
-    SELECT id, session_key, chat_kind, priority, event_time,
-        (SELECT count(*) FROM inbound_items x INDEXED BY inbound_items_session_status
-            WHERE x.session_key = o.session_key AND x.status = 'leased' AND x.lease_until > ?1) AS busy
-    FROM inbound_items o INDEXED BY inbound_items_order
-    WHERE status IN ('pending', 'leased')
-        AND ((status = 'pending' AND available_at <= ?1) OR (status = 'leased' AND lease_until <= ?1))
-        AND (SELECT count(*) FROM inbound_items x INDEXED BY inbound_items_session_status
-            WHERE x.session_key = o.session_key AND x.status = 'leased' AND x.lease_until > ?1)
-            < CASE o.chat_kind WHEN 'private' THEN ?3 ELSE ?4 END
-    ORDER BY priority DESC, event_time, id
-    LIMIT ?7
-),
-ranked AS (
-    SELECT id, chat_kind, priority, event_time, busy,
-        1 + (SELECT count(*) FROM front p WHERE p.session_key = f.session_key
-            AND (p.priority > f.priority OR (p.priority = f.priority AND (p.event_time < f.event_time
-                OR (p.event_time = f.event_time AND p.id < f.id))))) AS rn
-    FROM front f
-),
-picked AS (
-    SELECT id FROM ranked
-    WHERE rn + busy <= CASE chat_kind WHEN 'private' THEN ?3 ELSE ?4 END
-    ORDER BY priority DESC, event_time, id
-    LIMIT ?5
-)
 UPDATE inbound_items SET
-    status = 'leased', lease_owner = ?6, lease_until = ?2, attempts = attempts + 1, claims = claims + 1,
+    status = 'leased', lease_owner = ?3, lease_until = ?2, attempts = attempts + 1, claims = claims + 1,
     first_claimed_at = coalesce(first_claimed_at, ?1),
     outcome = NULL, reason = NULL, merged_into = NULL, updated_at = ?1
-WHERE id IN (SELECT id FROM picked)
-RETURNING id, session_key, priority, history_only, available_at, attempts, claims,
-    (SELECT payload FROM message_events m WHERE m.id = inbound_items.id),
-    event_time`
+WHERE id IN (SELECT value FROM json_each(?4))
+    AND ((status = 'pending' AND available_at <= ?1) OR (status = 'leased' AND lease_until <= ?1))
+RETURNING id, attempts, claims,
+    CASE WHEN id IN (SELECT value FROM json_each(?5))
+        THEN (SELECT payload FROM message_events m WHERE m.id = inbound_items.id) END`
 
-// claimWindow is the number of candidates one claim of n items ranks. The
-// ranking is quadratic in the window, so it stays small: the first candidate
-// is always claimable, so a small window only ever makes a claim return
-// fewer than n items, never none.
-func claimWindow(n int) int { return max(2*n, 8) }
-
-// claimed is one row returned by sqlClaim, decoded after the commit.
+// claimed is one row returned by sqlClaim.
 type claimed struct {
-	id, session string
-	priority    int
-	history     bool
-	avail       int64
-	attempts    int
-	claims      int
-	payload     []byte
-	eventTime   int64
+	attempts int
+	claims   int
+	payload  []byte
 }
 
-// Claim implements inbound.Queue: one UPDATE … RETURNING statement leases up
-// to limits.Max items (pending and available, or with an expired lease) in
-// the order priority DESC, event time, id, skipping sessions at their
-// in-flight limit (limits.PerGroup, default 3; limits.PerPrivate, default 2;
-// the session kind is the stored chat kind). Each lease lasts limits.Lease
-// (default inbound.DefaultLease), counts one attempt and clears the previous
-// attempt's outcome and reason. The leases are returned in claim order with
-// their decoded events. Limits.Max ≤ 0 claims nothing.
+// Claim implements inbound.Queue: it leases up to limits.Max claimable
+// items (pending and available, or leased with an expired lease) in the
+// order priority DESC, event time, id, skipping sessions at their
+// in-flight limit (limits.PerGroup, default 3; limits.PerPrivate, default
+// 2; the session kind is the stored chat kind; unexpired leases count).
+// Each lease lasts limits.Lease (default inbound.DefaultLease), counts one
+// attempt and clears the previous attempt's outcome and reason. The leases
+// are returned in claim order with their decoded events. Limits.Max ≤ 0
+// claims nothing.
 //
-// The statement ranks a window of 2×Max (at least 8) candidates at the
-// front of the claim order, so its cost does not depend on the backlog: it
-// returns nothing only when nothing is claimable, but may return fewer than
-// Max when a few sessions' backlogs fill the window (the next claim skips
-// those sessions once they are at their limit). See sqlClaim.
+// The choice is made on the DB's in-memory claim index (see sched.go), so
+// it costs the same whatever the backlog, and a claim with nothing
+// claimable touches no SQL at all; the leases are written by one guarded
+// UPDATE. Concurrent claims never pick the same item: an item is reserved
+// in the index from the moment it is picked.
 //
 // Lease operations (Extend, Complete, Retry, Snooze, Release) succeed only
 // while the row is leased to l.Owner with l.Claims claims; every claim
@@ -312,50 +266,118 @@ func (d *DB) Claim(ctx context.Context, limits inbound.Limits) ([]inbound.Lease,
 	if lease <= 0 {
 		lease = inbound.DefaultLease
 	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
 	now := d.now()
 	until := now + lease.Milliseconds()
-	var rows []claimed
-	err := d.write(ctx, func(tx wtx) error {
-		rows = rows[:0]
-		rs, err := tx.query(sqlClaim, now, until, perPrivate, perGroup, limits.Max, limits.Owner, claimWindow(limits.Max))
+	picked := d.sched.pick(now, limits.Max, perPrivate, perGroup)
+	if len(picked) == 0 {
+		return nil, nil
+	}
+	ids := make([]string, len(picked))
+	var need []string
+	for i, it := range picked {
+		ids[i] = it.id
+		if it.payload == nil {
+			need = append(need, it.id)
+		}
+	}
+	idsJSON, err := json.Marshal(ids)
+	if err != nil {
+		d.sched.settleClaim(picked, nil, until, now)
+		return nil, fmt.Errorf("store: claim: %w", err)
+	}
+	needJSON, err := json.Marshal(need)
+	if err != nil {
+		d.sched.settleClaim(picked, nil, until, now)
+		return nil, fmt.Errorf("store: claim: %w", err)
+	}
+	got := make(map[string]claimed, len(picked))
+	err = d.write(ctx, func(tx wtx) error {
+		clear(got)
+		rs, err := tx.query(sqlClaim, now, until, limits.Owner, string(idsJSON), string(needJSON))
 		if err != nil {
 			return err
 		}
 		defer func() { _ = rs.Close() }()
 		for rs.Next() {
-			var c claimed
-			var payload sql.RawBytes
-			if err := rs.Scan(&c.id, &c.session, &c.priority, &c.history, &c.avail, &c.attempts, &c.claims, &payload, &c.eventTime); err != nil {
+			var (
+				id      string
+				c       claimed
+				payload sql.RawBytes
+			)
+			if err := rs.Scan(&id, &c.attempts, &c.claims, &payload); err != nil {
 				return err
 			}
-			c.payload = append([]byte(nil), payload...)
-			rows = append(rows, c)
+			if payload != nil {
+				c.payload = append([]byte(nil), payload...)
+			}
+			got[id] = c
 		}
 		return rs.Err()
 	})
 	if err != nil {
+		d.sched.settleClaim(picked, nil, until, now)
 		return nil, fmt.Errorf("store: claim: %w", err)
 	}
-	slices.SortFunc(rows, func(a, b claimed) int {
-		return cmp.Or(cmp.Compare(b.priority, a.priority), cmp.Compare(a.eventTime, b.eventTime), strings.Compare(a.id, b.id))
-	})
-	leases := make([]inbound.Lease, len(rows))
-	for i, c := range rows {
+	counts := make(map[string]int, len(got))
+	for id, c := range got {
+		counts[id] = c.claims
+	}
+	if lost := d.sched.settleClaim(picked, counts, until, now); len(lost) > 0 {
+		d.refresh(ctx, lost)
+	}
+	leases := make([]inbound.Lease, 0, len(got))
+	for _, it := range picked {
+		c, ok := got[it.id]
+		if !ok {
+			continue
+		}
 		l := inbound.Lease{
-			Item: inbound.Item{ID: c.id, SessionKey: c.session, Priority: c.priority, HistoryOnly: c.history,
-				AvailableAt: fromMs(c.avail)},
+			Item: inbound.Item{ID: it.id, SessionKey: it.session, Priority: it.priority, HistoryOnly: it.history,
+				AvailableAt: fromMs(it.availableAt)},
 			Owner: limits.Owner, Until: fromMs(until), Attempts: c.attempts, Claims: c.claims,
 		}
-		if len(c.payload) > 0 {
-			if err := json.Unmarshal(c.payload, &l.Event); err != nil {
+		payload := it.payload
+		if payload == nil {
+			payload = c.payload
+		}
+		if len(payload) > 0 {
+			ev, err := d.events.decode(it.id, payload)
+			if err != nil {
 				// The lease is held; report it with what is known rather than
 				// stranding it until expiry.
-				d.log.Error("store: undecodable event payload", "id", c.id, "err", err)
+				d.log.Error("store: undecodable event payload", "id", it.id, "err", err)
+			} else {
+				l.Event = ev
 			}
 		}
-		leases[i] = l
+		leases = append(leases, l)
 	}
 	return leases, nil
+}
+
+// sqlLiveItem reads one item for the claim index.
+const sqlLiveItem = `SELECT id, session_key, chat_kind, priority, event_time, history_only, available_at,
+    status, coalesce(lease_until, 0), claims FROM inbound_items WHERE id = ? AND status IN ('pending', 'leased')`
+
+// refresh re-reads items whose state the claim index got wrong and indexes
+// them again if they are still live. A failure is logged: the next reload
+// (ReleaseExpired, or the next Open) repairs the index.
+func (d *DB) refresh(ctx context.Context, ids []string) {
+	now := d.now()
+	for _, id := range ids {
+		it, err := scanLive(d.rdb.QueryRowContext(ctx, sqlLiveItem, id))
+		if errors.Is(err, sql.ErrNoRows) {
+			continue
+		}
+		if err != nil {
+			d.log.Warn("store: claim index refresh failed", "id", id, "err", err)
+			continue
+		}
+		d.sched.add(it, now)
+	}
 }
 
 // leaseOp runs a conditional update on the item of lease l: it changes the
@@ -364,7 +386,7 @@ func (d *DB) Claim(ctx context.Context, limits inbound.Limits) ([]inbound.Lease,
 // every claim increments it and nothing decrements it, so a holder whose
 // lease expired and was claimed again (even under the same owner name) no
 // longer matches.
-func (d *DB) leaseOp(ctx context.Context, op string, l *inbound.Lease, q string, args ...any) error {
+func (d *DB) leaseOp(ctx context.Context, op string, l *inbound.Lease, after func(), q string, args ...any) error {
 	all := append([]any{l.ID, l.Owner, l.Claims}, args...)
 	err := d.write(ctx, func(tx wtx) error {
 		res, err := tx.exec(q, all...)
@@ -379,6 +401,7 @@ func (d *DB) leaseOp(ctx context.Context, op string, l *inbound.Lease, q string,
 	if err != nil {
 		return fmt.Errorf("store: %s %s: %w", op, l.ID, err)
 	}
+	after()
 	return nil
 }
 
@@ -400,7 +423,8 @@ func (d *DB) Extend(ctx context.Context, l *inbound.Lease, dur time.Duration) er
 	}
 	now := d.now()
 	until := now + dur.Milliseconds()
-	if err := d.leaseOp(ctx, "extend", l, sqlExtend, until, now); err != nil {
+	after := func() { d.sched.leaseChanged(l.ID, l.Claims, false, true, 0, until, now) }
+	if err := d.leaseOp(ctx, "extend", l, after, sqlExtend, until, now); err != nil {
 		return err
 	}
 	l.Until = fromMs(until)
@@ -432,8 +456,10 @@ func (d *DB) Complete(ctx context.Context, l inbound.Lease, o inbound.Outcome) e
 	if err != nil {
 		return fmt.Errorf("store: complete %s: %w", l.ID, err)
 	}
-	return d.leaseOp(ctx, "complete", &l, sqlComplete, or.code, or.reason, or.stage, or.outbound, or.merged,
-		or.gates, or.genStart, or.genEnd, or.firstSend, or.firstAck, or.tokens, or.kind, d.now())
+	now := d.now()
+	after := func() { d.sched.leaseChanged(l.ID, l.Claims, true, false, 0, 0, now) }
+	return d.leaseOp(ctx, "complete", &l, after, sqlComplete, or.code, or.reason, or.stage, or.outbound, or.merged,
+		or.gates, or.genStart, or.genEnd, or.firstSend, or.firstAck, or.tokens, or.kind, now)
 }
 
 const sqlRetry = `UPDATE inbound_items SET status = 'pending', lease_owner = NULL, lease_until = NULL,
@@ -448,14 +474,18 @@ func (d *DB) Retry(ctx context.Context, l inbound.Lease, at time.Time, cause err
 	if cause != nil {
 		msg = cause.Error()
 	}
-	return d.leaseOp(ctx, "retry", &l, sqlRetry, availAt(at, now), 0, msg, now)
+	avail := availAt(at, now)
+	after := func() { d.sched.leaseChanged(l.ID, l.Claims, false, false, avail, 0, now) }
+	return d.leaseOp(ctx, "retry", &l, after, sqlRetry, avail, 0, msg, now)
 }
 
 // Snooze implements inbound.Queue: like Retry, but the attempt is given back
 // (attempts − 1); reason is kept as last_error.
 func (d *DB) Snooze(ctx context.Context, l inbound.Lease, at time.Time, reason string) error {
 	now := d.now()
-	return d.leaseOp(ctx, "snooze", &l, sqlRetry, availAt(at, now), 1, nullStr(reason), now)
+	avail := availAt(at, now)
+	after := func() { d.sched.leaseChanged(l.ID, l.Claims, false, false, avail, 0, now) }
+	return d.leaseOp(ctx, "snooze", &l, after, sqlRetry, avail, 1, nullStr(reason), now)
 }
 
 const sqlRelease = `UPDATE inbound_items SET status = 'pending', lease_owner = NULL, lease_until = NULL,
@@ -464,7 +494,9 @@ const sqlRelease = `UPDATE inbound_items SET status = 'pending', lease_owner = N
 // Release implements inbound.Queue: the item is pending and claimable at
 // once, and the attempt is given back.
 func (d *DB) Release(ctx context.Context, l inbound.Lease) error {
-	return d.leaseOp(ctx, "release", &l, sqlRelease, d.now())
+	now := d.now()
+	after := func() { d.sched.leaseChanged(l.ID, l.Claims, false, false, now, 0, now) }
+	return d.leaseOp(ctx, "release", &l, after, sqlRelease, now)
 }
 
 func availAt(at time.Time, now int64) int64 {
@@ -494,28 +526,28 @@ func (d *DB) ReleaseExpired(ctx context.Context) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("store: release expired: %w", err)
 	}
+	if n > 0 {
+		if err := d.reload(ctx); err != nil {
+			return int(n), fmt.Errorf("store: release expired: %w", err)
+		}
+	}
 	return int(n), nil
 }
 
-const sqlNextAvailable = `SELECT min(t) FROM (
-    SELECT min(available_at) AS t FROM inbound_items WHERE status = 'pending'
-    UNION ALL
-    SELECT min(lease_until) FROM inbound_items WHERE status = 'leased'
-)`
-
 // NextAvailable implements inbound.Queue: the earliest available_at of a
 // pending item or lease expiry of a leased one (an expired lease is
-// claimable too). The time may be in the past. ok is false when no item is
-// pending or leased.
+// claimable too), from the claim index. The time may be in the past. ok is
+// false when no item is pending or leased. It visits every claimable item,
+// so it is meant for schedulers and tests, not for every message.
 func (d *DB) NextAvailable(ctx context.Context) (time.Time, bool, error) {
-	var t sql.NullInt64
-	if err := d.rdb.QueryRowContext(ctx, sqlNextAvailable).Scan(&t); err != nil {
-		return time.Time{}, false, fmt.Errorf("store: next available: %w", err)
+	if err := ctx.Err(); err != nil {
+		return time.Time{}, false, err
 	}
-	if !t.Valid {
+	at, ok := d.sched.next()
+	if !ok {
 		return time.Time{}, false, nil
 	}
-	return fromMs(t.Int64), true, nil
+	return fromMs(at), true, nil
 }
 
 const sqlRecordCols = `SELECT i.id, i.session_key, i.sender_id, i.message_id, coalesce(m.text, ''), i.source,
@@ -597,8 +629,10 @@ func (d *DB) Records(ctx context.Context, q RecordQuery) ([]inbound.Record, erro
 		args  []any
 	)
 	if q.SessionKey != "" {
-		where = append(where, "i.session_key = ?")
-		args = append(args, q.SessionKey)
+		// Found through the transcript's session index (every item has its
+		// transcript row under the same id and session).
+		where = append(where, "i.id IN (SELECT id FROM message_events WHERE session_key = ?) AND i.session_key = ?")
+		args = append(args, q.SessionKey, q.SessionKey)
 	}
 	if q.Status != "" {
 		where = append(where, "i.status = ?")

@@ -112,6 +112,8 @@ type DB struct {
 	w    *writer
 	// events caches decoded transcript payloads for Recent.
 	events *eventCache
+	// sched is the claim index of the live queue items (see sched.go).
+	sched *sched
 }
 
 // Open opens (creating if needed) the SQLite database file at path, applies
@@ -136,7 +138,7 @@ func Open(path string, opts Options) (*DB, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	d := &DB{path: abs, clk: clock.OrReal(opts.Clock), log: log, events: newEventCache()}
+	d := &DB{path: abs, clk: clock.OrReal(opts.Clock), log: log, events: newEventCache(), sched: newSched()}
 
 	busy := strconv.FormatInt(opts.BusyTimeout.Milliseconds(), 10)
 	wq := url.Values{}
@@ -145,7 +147,7 @@ func Open(path string, opts Options) (*DB, error) {
 	wq.Set("_busy_timeout", busy)
 	wq.Set("_txlock", "immediate")
 	wq.Set("_foreign_keys", "1")
-	wq.Set("_cache_size", "-16384") // KiB
+	wq.Set("_cache_size", "-65536") // KiB
 	d.wdb, err = sql.Open("sqlite3", dsn(abs, wq))
 	if err != nil {
 		return nil, fmt.Errorf("store: open %s: %w", path, err)
@@ -226,6 +228,10 @@ PRAGMA automatic_index = OFF`); err != nil {
 	}
 
 	d.w = newWriter(conn, log, opts.directWrites, newCheckpointer(d.cdb, log, pageSize))
+	if err := d.reload(ctx); err != nil {
+		_ = d.Close()
+		return nil, fmt.Errorf("store: open %s: %w", path, err)
+	}
 	return d, nil
 }
 

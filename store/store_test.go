@@ -666,19 +666,21 @@ func TestConcurrentReadersAndWriters(t *testing.T) {
 	require.Len(t, recs, 200)
 }
 
-// TestClaimWindow shows the bounded claim window: one session's backlog at
-// the front of the queue fills the window, so the first claim returns only
-// that session's free slots, never nothing; the next claim skips the full
-// session and reaches the items behind it.
-func TestClaimWindow(t *testing.T) {
+// TestClaimSkipsFullSessions: one session's backlog at the front of the
+// queue does not crowd out the others: a claim takes that session's free
+// slots and then the items behind it, in claim order, whatever the
+// backlog; a second claim finds nothing while the busy session is full.
+func TestClaimSkipsFullSessions(t *testing.T) {
 	t.Parallel()
 	clk := clock.NewFake(t0)
 	d := open(t, clk)
 	ctx := t.Context()
+	var busy []string
 	for i := range 100 {
 		ev := testEvent(channel.Group, "busy", fmt.Sprint(i), t0.Add(time.Duration(i)*time.Millisecond), "x")
 		_, err := d.Enqueue(ctx, inbound.Item{Event: ev, Priority: inbound.PriorityDirect})
 		require.NoError(t, err)
+		busy = append(busy, ev.Key())
 	}
 	var quiet []string
 	for i := range 3 {
@@ -690,10 +692,15 @@ func TestClaimWindow(t *testing.T) {
 	limits := inbound.Limits{Max: 8, Owner: "w"}
 	first, err := d.Claim(ctx, limits)
 	require.NoError(t, err)
-	require.Len(t, first, inbound.DefaultPerGroup, "the window holds only the busy session")
+	require.Equal(t, append(busy[:inbound.DefaultPerGroup:inbound.DefaultPerGroup], quiet...), ids(first),
+		"the busy session's free slots, then the quiet sessions")
 	second, err := d.Claim(ctx, limits)
 	require.NoError(t, err)
-	require.ElementsMatch(t, quiet, ids(second), "the full session is skipped")
+	require.Empty(t, second, "the busy session is full")
+	require.NoError(t, d.Complete(ctx, first[0], inbound.Outcome{Code: outcome.Replied}))
+	third, err := d.Claim(ctx, limits)
+	require.NoError(t, err)
+	require.Equal(t, busy[3:4], ids(third), "one slot freed, one item claimed")
 }
 
 func ids(ls []inbound.Lease) []string {

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"sync/atomic"
 	"context"
 	"database/sql"
 	"errors"
@@ -44,6 +45,10 @@ type writer struct {
 	// goroutine that owns conn (the loop, or the holder of directMu in
 	// direct mode) touches it.
 	stmts map[string]*sql.Stmt
+
+	// batches and batchedOps count transactions and the operations they
+	// carried (the benchmarks report the mean batch size).
+	batches, batchedOps atomic.Int64
 
 	ops      chan *writeOp
 	quit     chan struct{}
@@ -189,6 +194,8 @@ func (w *writer) attempt(ops []*writeOp, errs []error, skip []bool, guard bool) 
 	if live == 0 {
 		return false
 	}
+	w.batches.Add(1)
+	w.batchedOps.Add(int64(live))
 	tx := wtx{w: w}
 	if w.ckpt.tooBig.Load() {
 		// The WAL outgrew its limit under sustained writes: copy it back and

@@ -1,0 +1,450 @@
+package store
+
+import (
+	"cmp"
+	"container/heap"
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+)
+
+// The claim index.
+//
+// A DB keeps every live queue item (pending, or leased) of its file in
+// memory: per session a heap of the items that can be claimed now, in claim
+// order, and the count of unexpired leases; across sessions a heap of the
+// sessions by their best item; and two time heaps, one of the pending items
+// that are not available yet and one of the leases by expiry. Claim decides
+// in memory which items to take (so its cost does not depend on the
+// backlog or on what SQL can express cheaply) and applies the decision with
+// one guarded UPDATE; inbound_items stays the truth, the index is rebuilt
+// from it at Open and kept in step by this DB's own writes after they
+// commit. A second DB handle writing the same file's queue is not seen
+// (one process owns a queue file, see the package documentation); the
+// guard makes such a race lose a claim, never double it.
+
+// Where a live item sits in the index.
+const (
+	locNone     = iota // not indexed (being claimed, or gone)
+	locReady           // in its session's ready heap: claimable now
+	locDelayed         // in the delayed heap: pending, available later
+	locLeased          // in the lease heap: leased, counted in flight
+	locClaiming        // picked by a claim whose write is in progress
+)
+
+// maxHeldPayload bounds the encoded event payloads the index keeps for
+// claims; beyond it a claim reads the payload from the table.
+const maxHeldPayload = 32 << 20
+
+// schedItem is one live queue item.
+type schedItem struct {
+	id, session string
+	private     bool
+	priority    int
+	eventTime   int64
+	history     bool
+	availableAt int64
+	leased      bool  // status in the table
+	leaseUntil  int64 // when leased
+	claims      int
+	payload     []byte // the encoded event, nil when not held
+
+	loc     int
+	heapIdx int // position in the heap loc names
+}
+
+// claimBefore reports whether a is claimed before b: priority DESC, event
+// time, id.
+func claimBefore(a, b *schedItem) bool {
+	return cmp.Or(cmp.Compare(b.priority, a.priority), cmp.Compare(a.eventTime, b.eventTime),
+		strings.Compare(a.id, b.id)) < 0
+}
+
+// claimableAt is when the item becomes claimable.
+func (it *schedItem) claimableAt() int64 {
+	if it.leased {
+		return it.leaseUntil
+	}
+	return it.availableAt
+}
+
+// readyHeap orders a session's claimable items in claim order.
+type readyHeap []*schedItem
+
+func (h readyHeap) Len() int           { return len(h) }
+func (h readyHeap) Less(i, j int) bool { return claimBefore(h[i], h[j]) }
+func (h readyHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].heapIdx, h[j].heapIdx = i, j
+}
+func (h *readyHeap) Push(x any) { it := x.(*schedItem); it.heapIdx = len(*h); *h = append(*h, it) }
+func (h *readyHeap) Pop() any {
+	old := *h
+	it := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	it.heapIdx = -1
+	return it
+}
+
+// timeHeap orders items by the time they become claimable.
+type timeHeap []*schedItem
+
+func (h timeHeap) Len() int { return len(h) }
+func (h timeHeap) Less(i, j int) bool {
+	return h[i].claimableAt() < h[j].claimableAt()
+}
+func (h timeHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].heapIdx, h[j].heapIdx = i, j
+}
+func (h *timeHeap) Push(x any) { it := x.(*schedItem); it.heapIdx = len(*h); *h = append(*h, it) }
+func (h *timeHeap) Pop() any {
+	old := *h
+	it := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	it.heapIdx = -1
+	return it
+}
+
+// schedSession is one session with live items.
+type schedSession struct {
+	key      string
+	ready    readyHeap
+	inflight int // unexpired leases (and items being claimed)
+	live     int // live items of the session
+	idx      int // position in sched.sessions heap, -1 when not in it
+}
+
+// sessionHeap orders the sessions that have claimable items by their best
+// item.
+type sessionHeap []*schedSession
+
+func (h sessionHeap) Len() int           { return len(h) }
+func (h sessionHeap) Less(i, j int) bool { return claimBefore(h[i].ready[0], h[j].ready[0]) }
+func (h sessionHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].idx, h[j].idx = i, j
+}
+func (h *sessionHeap) Push(x any) { s := x.(*schedSession); s.idx = len(*h); *h = append(*h, s) }
+func (h *sessionHeap) Pop() any {
+	old := *h
+	s := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	s.idx = -1
+	return s
+}
+
+// sched is the claim index (see above). All methods take mu.
+type sched struct {
+	mu       sync.Mutex
+	items    map[string]*schedItem
+	sessions map[string]*schedSession
+	order    sessionHeap // sessions with claimable items
+	delayed  timeHeap    // pending, available later
+	leases   timeHeap    // leased, by expiry
+	held     int         // bytes of payload held
+}
+
+func newSched() *sched {
+	return &sched{items: map[string]*schedItem{}, sessions: map[string]*schedSession{}}
+}
+
+// session returns (creating) the session entry for key.
+func (s *sched) session(key string) *schedSession {
+	ss := s.sessions[key]
+	if ss == nil {
+		ss = &schedSession{key: key, idx: -1}
+		s.sessions[key] = ss
+	}
+	return ss
+}
+
+// fixSession puts ss in, moves it within or takes it out of the session
+// heap after its ready heap changed.
+func (s *sched) fixSession(ss *schedSession) {
+	switch {
+	case len(ss.ready) == 0 && ss.idx >= 0:
+		heap.Remove(&s.order, ss.idx)
+	case len(ss.ready) > 0 && ss.idx < 0:
+		heap.Push(&s.order, ss)
+	case len(ss.ready) > 0:
+		heap.Fix(&s.order, ss.idx)
+	}
+}
+
+// detach takes it out of wherever it is indexed; a lease (or claim in
+// progress) stops counting in flight.
+func (s *sched) detach(it *schedItem) {
+	ss := s.sessions[it.session]
+	switch it.loc {
+	case locReady:
+		heap.Remove(&ss.ready, it.heapIdx)
+		s.fixSession(ss)
+	case locDelayed:
+		heap.Remove(&s.delayed, it.heapIdx)
+	case locLeased:
+		heap.Remove(&s.leases, it.heapIdx)
+		ss.inflight--
+	case locClaiming:
+		ss.inflight--
+	}
+	it.loc, it.heapIdx = locNone, -1
+}
+
+// attach indexes a detached item by its state at now.
+func (s *sched) attach(it *schedItem, now int64) {
+	ss := s.session(it.session)
+	switch {
+	case it.leased && it.leaseUntil > now:
+		it.loc = locLeased
+		heap.Push(&s.leases, it)
+		ss.inflight++
+	case !it.leased && it.availableAt > now:
+		it.loc = locDelayed
+		heap.Push(&s.delayed, it)
+	default:
+		it.loc = locReady
+		heap.Push(&ss.ready, it)
+		s.fixSession(ss)
+	}
+}
+
+// add indexes a new live item; an existing one is replaced.
+func (s *sched) add(it *schedItem, now int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.addLocked(it, now)
+}
+
+func (s *sched) addLocked(it *schedItem, now int64) {
+	if old := s.items[it.id]; old != nil {
+		s.removeLocked(old)
+	}
+	if s.held+len(it.payload) > maxHeldPayload {
+		it.payload = nil
+	}
+	s.held += len(it.payload)
+	s.items[it.id] = it
+	s.session(it.session).live++
+	it.loc, it.heapIdx = locNone, -1
+	s.attach(it, now)
+}
+
+// removeLocked forgets an item.
+func (s *sched) removeLocked(it *schedItem) {
+	s.detach(it)
+	delete(s.items, it.id)
+	s.held -= len(it.payload)
+	ss := s.sessions[it.session]
+	if ss.live--; ss.live == 0 && ss.inflight == 0 && ss.idx < 0 {
+		delete(s.sessions, it.session)
+	}
+}
+
+// advance makes due delayed items and expired leases claimable.
+func (s *sched) advance(now int64) {
+	for len(s.delayed) > 0 && s.delayed[0].availableAt <= now {
+		it := s.delayed[0]
+		s.detach(it)
+		s.attach(it, now)
+	}
+	for len(s.leases) > 0 && s.leases[0].leaseUntil <= now {
+		it := s.leases[0]
+		s.detach(it)
+		s.attach(it, now)
+	}
+}
+
+// pick chooses up to max claimable items at now in claim order, skipping
+// sessions at their in-flight limit, and marks them as being claimed (they
+// count in flight until settle).
+func (s *sched) pick(now int64, max, perPrivate, perGroup int) []*schedItem {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.advance(now)
+	var (
+		out  []*schedItem
+		full []*schedSession
+	)
+	for len(out) < max && len(s.order) > 0 {
+		ss := s.order[0]
+		it := ss.ready[0]
+		limit := perGroup
+		if it.private {
+			limit = perPrivate
+		}
+		if ss.inflight >= limit {
+			heap.Pop(&s.order)
+			full = append(full, ss)
+			continue
+		}
+		s.detach(it)
+		it.loc = locClaiming
+		ss.inflight++
+		out = append(out, it)
+	}
+	for _, ss := range full {
+		s.fixSession(ss)
+	}
+	return out
+}
+
+// settleClaim applies the outcome of a claim write. got maps the ids the
+// write leased to their claim count; an item missing from it changed under
+// the index (another handle, or a race the guard caught) and is reloaded
+// from the table by the caller. On a failed write (got == nil) every item
+// is put back as it was.
+func (s *sched) settleClaim(items []*schedItem, got map[string]int, until, now int64) (lost []string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, it := range items {
+		if s.items[it.id] != it || it.loc != locClaiming {
+			continue // replaced meanwhile
+		}
+		s.detach(it)
+		if got == nil {
+			s.attach(it, now)
+			continue
+		}
+		c, ok := got[it.id]
+		if !ok {
+			s.removeLocked(it)
+			lost = append(lost, it.id)
+			continue
+		}
+		it.leased, it.leaseUntil, it.claims = true, until, c
+		s.attach(it, now)
+	}
+	return lost
+}
+
+// leaseChanged applies a successful lease operation on the item id held
+// with claims: done removes it; otherwise it becomes pending from
+// availableAt (leased=false) or its lease runs until leaseUntil.
+func (s *sched) leaseChanged(id string, claims int, done, leased bool, availableAt, leaseUntil, now int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	it := s.items[id]
+	if it == nil || it.claims != claims {
+		return
+	}
+	if done {
+		s.removeLocked(it)
+		return
+	}
+	s.detach(it)
+	it.leased = leased
+	if leased {
+		it.leaseUntil = leaseUntil
+	} else {
+		it.availableAt, it.leaseUntil = availableAt, 0
+	}
+	s.attach(it, now)
+}
+
+// raise applies a priority raise to a pending item and refreshes its held
+// payload.
+func (s *sched) raise(id string, priority int, payload []byte, now int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	it := s.items[id]
+	if it == nil || it.leased {
+		return
+	}
+	if it.payload != nil {
+		s.held += len(payload) - len(it.payload)
+		it.payload = payload
+	}
+	if priority > it.priority {
+		s.detach(it)
+		it.priority = priority
+		s.attach(it, now)
+	}
+}
+
+// next is the earliest time an item becomes claimable; ok is false when
+// nothing is live. Items that are claimable already report the time they
+// became so.
+func (s *sched) next() (at int64, ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	consider := func(t int64) {
+		if !ok || t < at {
+			at, ok = t, true
+		}
+	}
+	if len(s.delayed) > 0 {
+		consider(s.delayed[0].availableAt)
+	}
+	if len(s.leases) > 0 {
+		consider(s.leases[0].leaseUntil)
+	}
+	for _, ss := range s.order {
+		for _, it := range ss.ready {
+			consider(it.claimableAt())
+		}
+	}
+	return at, ok
+}
+
+// sqlLoadLive selects every live item for the index.
+const sqlLoadLive = `SELECT id, session_key, chat_kind, priority, event_time, history_only, available_at,
+    status, coalesce(lease_until, 0), claims FROM inbound_items WHERE status IN ('pending', 'leased')`
+
+// scanLive reads one row selected like sqlLoadLive.
+func scanLive(sc interface{ Scan(...any) error }) (*schedItem, error) {
+	var (
+		it           schedItem
+		kind, status string
+	)
+	if err := sc.Scan(&it.id, &it.session, &kind, &it.priority, &it.eventTime, &it.history, &it.availableAt,
+		&status, &it.leaseUntil, &it.claims); err != nil {
+		return nil, err
+	}
+	it.private = kind == "private"
+	it.leased = status == "leased"
+	return &it, nil
+}
+
+// reload rebuilds the claim index from the table (at Open, and after a
+// change the index does not follow item by item, such as ReleaseExpired).
+// It reads inside a write operation, so no commit lands between the read
+// and the swap; updates of operations that committed earlier and apply to
+// the index afterwards are idempotent. Payloads are not held for reloaded
+// items: their claims read them from the table.
+func (d *DB) reload(ctx context.Context) error {
+	fresh := newSched()
+	err := d.write(ctx, func(tx wtx) error {
+		fresh = newSched()
+		rows, err := tx.query(sqlLoadLive)
+		if err != nil {
+			return err
+		}
+		defer func() { _ = rows.Close() }()
+		now := d.now()
+		for rows.Next() {
+			it, err := scanLive(rows)
+			if err != nil {
+				return err
+			}
+			fresh.addLocked(it, now)
+		}
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		s := d.sched
+		s.mu.Lock()
+		s.items, s.sessions, s.order, s.delayed, s.leases, s.held =
+			fresh.items, fresh.sessions, fresh.order, fresh.delayed, fresh.leases, fresh.held
+		s.mu.Unlock()
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("store: load queue: %w", err)
+	}
+	return nil
+}

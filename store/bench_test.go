@@ -1,9 +1,9 @@
 package store
 
 import (
-	"os"
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 	"sync"
 	"sync/atomic"

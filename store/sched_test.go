@@ -252,4 +252,3 @@ func TestClaimWithoutHeldPayload(t *testing.T) {
 	require.Equal(t, "hello there", ls[0].Event.Text())
 	require.Equal(t, ev.SessionKey, ls[0].Event.SessionKey)
 }
-

@@ -1,13 +1,13 @@
 package store
 
 import (
-	"sync/atomic"
 	"context"
 	"database/sql"
 	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 )
 
 // maxBatch bounds how many write operations share one transaction.

@@ -13,6 +13,7 @@ import (
 	"github.com/personakit/persona/channel"
 	"github.com/personakit/persona/channel/chantest"
 	"github.com/personakit/persona/inbound"
+	"github.com/personakit/persona/internal/cputime"
 )
 
 // benchPipeline pushes b.N messages through a full pipeline (chantest
@@ -61,6 +62,7 @@ func benchPipelineAt(b *testing.B, rate int, mk func(i int) (channel.Chat, chann
 
 	b.ReportAllocs()
 	b.ResetTimer()
+	cpu0 := cputime.Process()
 	t0 := time.Now()
 	feeders := 4
 	var tick *time.Ticker
@@ -95,9 +97,11 @@ func benchPipelineAt(b *testing.B, rate int, mk func(i int) (channel.Chat, chann
 	wg.Wait()
 	<-all
 	elapsed := time.Since(t0)
+	cpu := cputime.Process() - cpu0
 	b.StopTimer()
 	slices.Sort(lat)
 	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "msgs/s")
+	b.ReportMetric(float64(cpu.Microseconds())/float64(b.N), "cpu-µs/msg")
 	b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "p50-ms")
 	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds())/1000, "p99-ms")
 }

@@ -3,7 +3,6 @@ package store
 import (
 	"context"
 	"fmt"
-	"os"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/personakit/persona/channel"
 	"github.com/personakit/persona/inbound"
+	"github.com/personakit/persona/internal/cputime"
 	"github.com/personakit/persona/outcome"
 )
 
@@ -68,9 +68,6 @@ func runThroughput(b *testing.B, direct bool, producers, consumers int) {
 	d, err := Open(filepath.Join(b.TempDir(), "bench.db"), Options{directWrites: direct})
 	require.NoError(b, err)
 	defer func() { require.NoError(b, d.Close()) }()
-	if os.Getenv("NOFTS") != "" {
-		require.NoError(b, d.write(context.Background(), func(tx wtx) error { _, err := tx.exec("DROP TRIGGER message_search_ai"); return err }))
-	}
 	items := benchItems(b.N, 1000)
 	ctx := context.Background()
 	var (
@@ -81,7 +78,7 @@ func runThroughput(b *testing.B, direct bool, producers, consumers int) {
 	)
 	b.ReportAllocs()
 	b.ResetTimer()
-	cpu0 := cpuTime()
+	cpu0 := cputime.Process()
 	start := time.Now()
 	var g errgroup.Group
 	for range producers {
@@ -133,7 +130,7 @@ func runThroughput(b *testing.B, direct bool, producers, consumers int) {
 	}
 	require.NoError(b, g.Wait())
 	elapsed := time.Since(start)
-	cpu := cpuTime() - cpu0
+	cpu := cputime.Process() - cpu0
 	b.StopTimer()
 	b.ReportMetric(float64(cpu.Microseconds())/float64(b.N), "cpu-µs/item")
 	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "items/s")

@@ -1,14 +1,14 @@
 //go:build unix
 
-package store
+package cputime
 
 import (
 	"syscall"
 	"time"
 )
 
-// cpuTime is the process's user plus system CPU time so far.
-func cpuTime() time.Duration {
+// Process is the process's user plus system CPU time so far.
+func Process() time.Duration {
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
 		return 0

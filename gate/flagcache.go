@@ -45,7 +45,13 @@ type FlagCache struct {
 	mu  sync.RWMutex
 	gen uint64 // incremented by every write, to drop racing fills
 	m   map[flagCacheKey]cachedFlag
+	// absent holds, per (session, name), until when no subject-specific
+	// flag of that name exists in the session (see SubjectFlagProber).
+	absent map[absentKey]time.Time
+	prober SubjectFlagProber
 }
+
+type absentKey struct{ session, name string }
 
 type flagCacheKey struct{ session, subject, name string }
 
@@ -59,7 +65,9 @@ var _ Flags = (*FlagCache)(nil)
 
 // NewFlagCache returns a cache in front of inner.
 func NewFlagCache(inner Flags, cfg FlagCacheConfig) *FlagCache {
-	c := &FlagCache{inner: inner, ttl: cfg.TTL, max: cfg.Max, clk: clock.OrReal(cfg.Clock), m: map[flagCacheKey]cachedFlag{}}
+	c := &FlagCache{inner: inner, ttl: cfg.TTL, max: cfg.Max, clk: clock.OrReal(cfg.Clock), m: map[flagCacheKey]cachedFlag{},
+		absent: map[absentKey]time.Time{}}
+	c.prober, _ = inner.(SubjectFlagProber)
 	if c.ttl == 0 {
 		c.ttl = DefaultFlagCacheTTL
 	}
@@ -86,6 +94,15 @@ func (c *FlagCache) GetFlag(ctx context.Context, sessionKey, subject, name strin
 	if hit && (e.until.IsZero() || c.clk.Now().Before(e.until)) {
 		return e.f, e.ok, nil
 	}
+	if subject != "" && c.prober != nil {
+		none, err := c.noSubjectFlags(ctx, sessionKey, name)
+		if err != nil {
+			return Flag{}, false, err
+		}
+		if none {
+			return Flag{}, false, nil
+		}
+	}
 	f, ok, err := c.inner.GetFlag(ctx, sessionKey, subject, name)
 	if err != nil {
 		return Flag{}, false, err
@@ -98,14 +115,54 @@ func (c *FlagCache) GetFlag(ctx context.Context, sessionKey, subject, name strin
 	return f, ok, nil
 }
 
+// noSubjectFlags reports whether the session is known (or now probed) to
+// have no subject-specific flag of the name.
+func (c *FlagCache) noSubjectFlags(ctx context.Context, sessionKey, name string) (bool, error) {
+	k := absentKey{sessionKey, name}
+	c.mu.RLock()
+	until, hit := c.absent[k]
+	gen := c.gen
+	c.mu.RUnlock()
+	if hit && (until.IsZero() || c.clk.Now().Before(until)) {
+		return true, nil
+	}
+	has, err := c.prober.HasSubjectFlags(ctx, sessionKey, name)
+	if err != nil {
+		return false, err
+	}
+	if has {
+		return false, nil
+	}
+	c.mu.Lock()
+	if c.gen == gen { // no write since the probe began
+		if len(c.absent) >= c.max {
+			clear(c.absent)
+		}
+		c.absent[k] = c.expiry()
+	}
+	c.mu.Unlock()
+	return true, nil
+}
+
 // SetFlag implements Flags: the store first, then the cache.
 func (c *FlagCache) SetFlag(ctx context.Context, f Flag) error {
+	if f.Subject != "" {
+		// From here on the session may have a flag of this name for a
+		// subject: no absence answer until the next probe.
+		c.mu.Lock()
+		c.gen++
+		delete(c.absent, absentKey{f.SessionKey, f.Name})
+		c.mu.Unlock()
+	}
 	if err := c.inner.SetFlag(ctx, f); err != nil {
 		c.forget(flagCacheKey{f.SessionKey, f.Subject, f.Name})
 		return err
 	}
 	c.mu.Lock()
 	c.gen++
+	if f.Subject != "" {
+		delete(c.absent, absentKey{f.SessionKey, f.Name}) // a probe may have run during the write
+	}
 	c.putLocked(flagCacheKey{f.SessionKey, f.Subject, f.Name}, cachedFlag{f: f, ok: true, until: c.expiry()})
 	c.mu.Unlock()
 	return nil

@@ -2,6 +2,7 @@ package gate_test
 
 import (
 	"context"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -75,6 +76,56 @@ func TestFlagCacheReadsOnce(t *testing.T) {
 	require.True(t, ok)
 	require.Equal(t, "outside", f.Value)
 	require.EqualValues(t, 2, inner.reads.Load())
+}
+
+// probingFlags counts the subject probes of a gatetest.Flags.
+type probingFlags struct {
+	countingFlags
+	probes atomic.Int32
+}
+
+func (p *probingFlags) HasSubjectFlags(ctx context.Context, s, n string) (bool, error) {
+	p.probes.Add(1)
+	return p.countingFlags.Flags.(gate.SubjectFlagProber).HasSubjectFlags(ctx, s, n)
+}
+
+// TestFlagCacheSubjectProbe: in a session without per-subject flags of a
+// name, every member's lookup is answered by one probe; a write through
+// the cache ends that answer at once.
+func TestFlagCacheSubjectProbe(t *testing.T) {
+	t.Parallel()
+	clk := clock.NewFake(t0)
+	inner := &probingFlags{countingFlags: countingFlags{Flags: gatetest.NewFlags()}}
+	c := gate.NewFlagCache(inner, gate.FlagCacheConfig{Clock: clk})
+	ctx := t.Context()
+	for i := range 50 {
+		_, ok, err := c.GetFlag(ctx, "s", fmt.Sprint("u", i), "pause")
+		require.NoError(t, err)
+		require.False(t, ok)
+	}
+	require.EqualValues(t, 1, inner.probes.Load(), "one probe for the whole session")
+	require.EqualValues(t, 0, inner.reads.Load(), "no per-member reads")
+
+	require.NoError(t, c.SetFlag(ctx, gate.Flag{SessionKey: "s", Subject: "u7", Name: "pause", Until: t0.Add(time.Hour)}))
+	f, ok, err := c.GetFlag(ctx, "s", "u7", "pause")
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, "u7", f.Subject)
+	_, ok, err = c.GetFlag(ctx, "s", "u8", "pause")
+	require.NoError(t, err)
+	require.False(t, ok)
+	require.EqualValues(t, 2, inner.probes.Load(), "the write ended the absence answer")
+	require.EqualValues(t, 1, inner.reads.Load(), "the probe found flags, so u8 was read")
+
+	// A flag written behind the cache's back is seen once the answer expires.
+	_, ok, err = c.GetFlag(ctx, "s2", "u1", "pause")
+	require.NoError(t, err)
+	require.False(t, ok)
+	require.NoError(t, inner.Flags.SetFlag(ctx, gate.Flag{SessionKey: "s2", Subject: "u1", Name: "pause"}))
+	clk.Advance(time.Minute)
+	_, ok, err = c.GetFlag(ctx, "s2", "u1", "pause")
+	require.NoError(t, err)
+	require.True(t, ok)
 }
 
 func TestFlagCacheNoExpiry(t *testing.T) {

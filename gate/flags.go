@@ -37,6 +37,15 @@ type Flags interface {
 	ClearFlag(ctx context.Context, sessionKey, subject, name string) error
 }
 
+// SubjectFlagProber is implemented by Flags stores that can tell at once
+// whether a session has any subject-specific flag of a name (Subject ≠
+// ""). FlagCache uses it so that a chat where nobody has, say, a
+// per-user suppression costs one read for all its members instead of one
+// per member.
+type SubjectFlagProber interface {
+	HasSubjectFlags(ctx context.Context, sessionKey, name string) (bool, error)
+}
+
 // Flag names used by this package's gates and helpers (and by the router's
 // chat cooldown). Subject is "" unless noted.
 const (

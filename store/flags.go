@@ -48,6 +48,18 @@ WHERE session_key = ? AND subject = ? AND flag = ?`, sessionKey, subject, name).
 	return f, true, nil
 }
 
+// HasSubjectFlags implements gate.SubjectFlagProber: whether the session
+// has any flag of this name with a non-empty subject (expired or not).
+func (d *DB) HasSubjectFlags(ctx context.Context, sessionKey, name string) (bool, error) {
+	var has bool
+	err := d.rdb.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM session_flags
+WHERE session_key = ? AND subject <> '' AND flag = ?)`, sessionKey, name).Scan(&has)
+	if err != nil {
+		return false, fmt.Errorf("store: probe flags %s/%s: %w", sessionKey, name, err)
+	}
+	return has, nil
+}
+
 // ClearFlag implements gate.Flags: it removes the flag; removing a missing
 // flag is not an error.
 func (d *DB) ClearFlag(ctx context.Context, sessionKey, subject, name string) error {

@@ -24,6 +24,28 @@ func RunFlags(t *testing.T, newFlags func(t *testing.T) gate.Flags) {
 		require.True(t, want.Until.Equal(got.Until), "until: want %s, got %s", want.Until, got.Until)
 	}
 
+	t.Run("subject probe", func(t *testing.T) {
+		f := newFlags(t)
+		p, ok := f.(gate.SubjectFlagProber)
+		if !ok {
+			t.Skip("the Flags does not implement gate.SubjectFlagProber")
+		}
+		has := func(session, name string) bool {
+			t.Helper()
+			v, err := p.HasSubjectFlags(t.Context(), session, name)
+			require.NoError(t, err)
+			return v
+		}
+		require.False(t, has("s", "pause"))
+		require.NoError(t, f.SetFlag(t.Context(), gate.Flag{SessionKey: "s", Name: "pause"}))
+		require.False(t, has("s", "pause"), "a session-wide flag has no subject")
+		require.NoError(t, f.SetFlag(t.Context(), gate.Flag{SessionKey: "s", Subject: "u1", Name: "pause", Until: t0}))
+		require.True(t, has("s", "pause"), "expired flags count too")
+		require.False(t, has("s", "other"))
+		require.False(t, has("s2", "pause"))
+		require.NoError(t, f.ClearFlag(t.Context(), "s", "u1", "pause"))
+		require.False(t, has("s", "pause"))
+	})
 	t.Run("missing", func(t *testing.T) {
 		f := newFlags(t)
 		_, ok, err := f.GetFlag(t.Context(), "s", "", "n")

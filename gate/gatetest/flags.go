@@ -23,7 +23,10 @@ type Flags struct {
 	fail error
 }
 
-var _ gate.Flags = (*Flags)(nil)
+var (
+	_ gate.Flags             = (*Flags)(nil)
+	_ gate.SubjectFlagProber = (*Flags)(nil)
+)
 
 // NewFlags returns an empty Flags.
 func NewFlags() *Flags { return &Flags{} }
@@ -68,6 +71,24 @@ func (f *Flags) GetFlag(ctx context.Context, sessionKey, subject, name string) (
 	}
 	fl, ok := f.m[flagKey{sessionKey, subject, name}]
 	return fl, ok, nil
+}
+
+// HasSubjectFlags implements gate.SubjectFlagProber.
+func (f *Flags) HasSubjectFlags(ctx context.Context, sessionKey, name string) (bool, error) {
+	if err := ctx.Err(); err != nil {
+		return false, err
+	}
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	if f.fail != nil {
+		return false, f.fail
+	}
+	for k := range f.m {
+		if k.session == sessionKey && k.name == name && k.subject != "" {
+			return true, nil
+		}
+	}
+	return false, nil
 }
 
 // ClearFlag implements gate.Flags; clearing a missing flag is not an

@@ -304,3 +304,39 @@ func (e *Event) Validate() error {
 	}
 	return nil
 }
+
+// Clone returns a deep copy of e: segments, media, the quoted message, the
+// notice and the raw payload are copied, so the copy can be kept or
+// changed without affecting e.
+func (e Event) Clone() Event {
+	c := e
+	c.Segments = cloneSegments(e.Segments)
+	if e.Quoted != nil {
+		q := *e.Quoted
+		q.Segments = cloneSegments(e.Quoted.Segments)
+		c.Quoted = &q
+	}
+	if e.Notice != nil {
+		n := *e.Notice
+		c.Notice = &n
+	}
+	if e.Raw != nil {
+		c.Raw = append(json.RawMessage(nil), e.Raw...)
+	}
+	return c
+}
+
+func cloneSegments(in []Segment) []Segment {
+	if in == nil {
+		return nil
+	}
+	out := make([]Segment, len(in))
+	copy(out, in)
+	for i := range out {
+		if out[i].Media != nil {
+			m := *out[i].Media
+			out[i].Media = &m
+		}
+	}
+	return out
+}

@@ -1,6 +1,7 @@
 package channel_test
 
 import (
+	"encoding/json"
 	"testing"
 	"time"
 
@@ -220,4 +221,27 @@ func TestEventMediaOnly(t *testing.T) {
 			require.Equal(t, tt.want, ev.MediaOnly())
 		})
 	}
+}
+
+func TestEventCloneIsDeep(t *testing.T) {
+	t.Parallel()
+	ev := channel.Event{
+		Platform: "p", Chat: channel.Chat{Kind: channel.Group, ID: "g"}, MessageID: "1",
+		Segments: []channel.Segment{channel.Text("hi"), channel.Image(channel.Media{URL: "u"})},
+		Quoted:   &channel.Quoted{MessageID: "0", Segments: []channel.Segment{channel.Text("q")}},
+		Notice:   &channel.Notice{Type: channel.NoticePoke},
+		Raw:      json.RawMessage(`{"a":1}`),
+	}
+	c := ev.Clone()
+	require.Equal(t, ev, c)
+	c.Segments[0].Text = "changed"
+	c.Segments[1].Media.URL = "changed"
+	c.Quoted.Segments[0].Text = "changed"
+	c.Notice.Type = "changed"
+	c.Raw[1] = 'b'
+	require.Equal(t, "hi", ev.Segments[0].Text)
+	require.Equal(t, "u", ev.Segments[1].Media.URL)
+	require.Equal(t, "q", ev.Quoted.Segments[0].Text)
+	require.Equal(t, channel.NoticePoke, ev.Notice.Type)
+	require.JSONEq(t, `{"a":1}`, string(ev.Raw))
 }

@@ -1,9 +1,11 @@
 package store
 
 import (
+	"bytes"
 	"encoding/json"
 	"hash/fnv"
 	"sync"
+	"time"
 
 	"github.com/personakit/persona/channel"
 )
@@ -57,4 +59,66 @@ func (c *eventCache) decode(key string, payload []byte) (channel.Event, error) {
 	c.m[key] = cachedEvent{sum: sum, ev: ev}
 	c.mu.Unlock()
 	return ev, nil
+}
+
+// put caches ev as the decoded form of payload under key.
+func (c *eventCache) put(key string, payload []byte, ev channel.Event) {
+	h := fnv.New64a()
+	_, _ = h.Write(payload)
+	sum := h.Sum64()
+	c.mu.Lock()
+	if len(c.m) >= eventCacheSize {
+		n := 0
+		for k := range c.m { // drop about half, in map order
+			delete(c.m, k)
+			if n++; n >= eventCacheSize/2 {
+				break
+			}
+		}
+	}
+	c.m[key] = cachedEvent{sum: sum, ev: ev}
+	c.mu.Unlock()
+}
+
+// storedEvent is ev as decoding its stored JSON gives it back, built
+// without the JSON round trip: a deep copy whose time has no monotonic
+// reading and the location a decoder assigns (UTC for a zero offset, Local
+// when the offset is Local's at that instant, else a fixed zone), empty
+// slices nil, and the raw payload compacted. TestStoredEventMatchesJSON
+// checks it against the real round trip.
+func storedEvent(ev *channel.Event) (channel.Event, error) {
+	c := ev.Clone()
+	c.Time = jsonTime(c.Time)
+	if len(c.Segments) == 0 {
+		c.Segments = nil
+	}
+	if c.Quoted != nil && len(c.Quoted.Segments) == 0 {
+		c.Quoted.Segments = nil
+	}
+	if len(c.Raw) == 0 {
+		c.Raw = nil
+	} else {
+		var b bytes.Buffer
+		if err := json.Compact(&b, c.Raw); err != nil {
+			return channel.Event{}, err
+		}
+		c.Raw = b.Bytes()
+	}
+	return c, nil
+}
+
+// jsonTime is t as time.Time's JSON decoding returns it.
+func jsonTime(t time.Time) time.Time {
+	t = t.Round(0)
+	if t.IsZero() {
+		return time.Time{}
+	}
+	_, off := t.Zone()
+	if off == 0 {
+		return t.UTC()
+	}
+	if lt := t.In(time.Local); func() bool { _, lo := lt.Zone(); return lo == off }() {
+		return lt
+	}
+	return t.In(time.FixedZone("", off))
 }

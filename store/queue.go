@@ -110,13 +110,20 @@ func (d *DB) Enqueue(ctx context.Context, it inbound.Item) (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("store: enqueue %s: %w", it.ID, err)
 	}
+	// The event as a claim (and Recent) would decode it from the row, kept
+	// so neither has to.
+	var held *channel.Event
+	if ev, err := storedEvent(&it.Event); err == nil {
+		held = &ev
+		d.events.put(it.ID, r.ev.payload, ev)
+	}
 	if enqueued {
 		d.sched.add(&schedItem{
 			id: it.ID, session: it.SessionKey, private: r.chatKind == string(channel.Private), priority: r.priority,
-			eventTime: r.ev.eventTime, history: r.history, availableAt: r.avail, payload: r.ev.payload,
+			eventTime: r.ev.eventTime, history: r.history, availableAt: r.avail, ev: held, size: len(r.ev.payload),
 		}, now)
 	} else {
-		d.sched.raise(it.ID, r.priority, r.ev.payload, now)
+		d.sched.raise(it.ID, r.priority, held, len(r.ev.payload), now)
 	}
 	return enqueued, nil
 }
@@ -271,29 +278,29 @@ func (d *DB) Claim(ctx context.Context, limits inbound.Limits) ([]inbound.Lease,
 	}
 	now := d.now()
 	until := now + lease.Milliseconds()
-	picked := d.sched.pick(now, limits.Max, perPrivate, perGroup)
-	if len(picked) == 0 {
+	chosen := d.sched.pick(now, limits.Max, perPrivate, perGroup)
+	if len(chosen) == 0 {
 		return nil, nil
 	}
-	ids := make([]string, len(picked))
+	ids := make([]string, len(chosen))
 	var need []string
-	for i, it := range picked {
+	for i, it := range chosen {
 		ids[i] = it.id
-		if it.payload == nil {
+		if it.ev == nil {
 			need = append(need, it.id)
 		}
 	}
 	idsJSON, err := json.Marshal(ids)
 	if err != nil {
-		d.sched.settleClaim(picked, nil, until, now)
+		d.sched.settleClaim(chosen, nil, until, now)
 		return nil, fmt.Errorf("store: claim: %w", err)
 	}
 	needJSON, err := json.Marshal(need)
 	if err != nil {
-		d.sched.settleClaim(picked, nil, until, now)
+		d.sched.settleClaim(chosen, nil, until, now)
 		return nil, fmt.Errorf("store: claim: %w", err)
 	}
-	got := make(map[string]claimed, len(picked))
+	got := make(map[string]claimed, len(chosen))
 	err = d.write(ctx, func(tx wtx) error {
 		clear(got)
 		rs, err := tx.query(sqlClaim, now, until, limits.Owner, string(idsJSON), string(needJSON))
@@ -318,18 +325,18 @@ func (d *DB) Claim(ctx context.Context, limits inbound.Limits) ([]inbound.Lease,
 		return rs.Err()
 	})
 	if err != nil {
-		d.sched.settleClaim(picked, nil, until, now)
+		d.sched.settleClaim(chosen, nil, until, now)
 		return nil, fmt.Errorf("store: claim: %w", err)
 	}
 	counts := make(map[string]int, len(got))
 	for id, c := range got {
 		counts[id] = c.claims
 	}
-	if lost := d.sched.settleClaim(picked, counts, until, now); len(lost) > 0 {
+	if lost := d.sched.settleClaim(chosen, counts, until, now); len(lost) > 0 {
 		d.refresh(ctx, lost)
 	}
 	leases := make([]inbound.Lease, 0, len(got))
-	for _, it := range picked {
+	for _, it := range chosen {
 		c, ok := got[it.id]
 		if !ok {
 			continue
@@ -339,12 +346,10 @@ func (d *DB) Claim(ctx context.Context, limits inbound.Limits) ([]inbound.Lease,
 				AvailableAt: fromMs(it.availableAt)},
 			Owner: limits.Owner, Until: fromMs(until), Attempts: c.attempts, Claims: c.claims,
 		}
-		payload := it.payload
-		if payload == nil {
-			payload = c.payload
-		}
-		if len(payload) > 0 {
-			ev, err := d.events.decode(it.id, payload)
+		if it.ev != nil {
+			l.Event = *it.ev
+		} else if len(c.payload) > 0 {
+			ev, err := d.events.decode(it.id, c.payload)
 			if err != nil {
 				// The lease is held; report it with what is known rather than
 				// stranding it until expiry.

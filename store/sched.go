@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+
+	"github.com/personakit/persona/channel"
 )
 
 // The claim index.
@@ -33,8 +35,9 @@ const (
 	locClaiming        // picked by a claim whose write is in progress
 )
 
-// maxHeldPayload bounds the encoded event payloads the index keeps for
-// claims; beyond it a claim reads the payload from the table.
+// maxHeldPayload bounds the events the index keeps for claims, counted by
+// the size of their encoded payload; beyond it a claim reads the payload
+// from the table.
 const maxHeldPayload = 32 << 20
 
 // schedItem is one live queue item.
@@ -48,7 +51,8 @@ type schedItem struct {
 	leased      bool  // status in the table
 	leaseUntil  int64 // when leased
 	claims      int
-	payload     []byte // the encoded event, nil when not held
+	ev          *channel.Event // the stored event, nil when not held; shared read-only
+	size        int            // its encoded size, for the bound
 
 	loc     int
 	heapIdx int // position in the heap loc names
@@ -224,10 +228,10 @@ func (s *sched) addLocked(it *schedItem, now int64) {
 	if old := s.items[it.id]; old != nil {
 		s.removeLocked(old)
 	}
-	if s.held+len(it.payload) > maxHeldPayload {
-		it.payload = nil
+	if it.ev == nil || s.held+it.size > maxHeldPayload {
+		it.ev, it.size = nil, 0
 	}
-	s.held += len(it.payload)
+	s.held += it.size
 	s.items[it.id] = it
 	s.session(it.session).live++
 	it.loc, it.heapIdx = locNone, -1
@@ -238,7 +242,7 @@ func (s *sched) addLocked(it *schedItem, now int64) {
 func (s *sched) removeLocked(it *schedItem) {
 	s.detach(it)
 	delete(s.items, it.id)
-	s.held -= len(it.payload)
+	s.held -= it.size
 	ss := s.sessions[it.session]
 	if ss.live--; ss.live == 0 && ss.inflight == 0 && ss.idx < 0 {
 		delete(s.sessions, it.session)
@@ -259,15 +263,26 @@ func (s *sched) advance(now int64) {
 	}
 }
 
+// picked is an item chosen by pick, with the fields a lease needs as they
+// were when it was picked.
+type picked struct {
+	it          *schedItem
+	id, session string
+	priority    int
+	history     bool
+	availableAt int64
+	ev          *channel.Event
+}
+
 // pick chooses up to max claimable items at now in claim order, skipping
 // sessions at their in-flight limit, and marks them as being claimed (they
 // count in flight until settle).
-func (s *sched) pick(now int64, max, perPrivate, perGroup int) []*schedItem {
+func (s *sched) pick(now int64, max, perPrivate, perGroup int) []picked {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.advance(now)
 	var (
-		out  []*schedItem
+		out  []picked
 		full []*schedSession
 	)
 	for len(out) < max && len(s.order) > 0 {
@@ -285,7 +300,8 @@ func (s *sched) pick(now int64, max, perPrivate, perGroup int) []*schedItem {
 		s.detach(it)
 		it.loc = locClaiming
 		ss.inflight++
-		out = append(out, it)
+		out = append(out, picked{it: it, id: it.id, session: it.session, priority: it.priority, history: it.history,
+			availableAt: it.availableAt, ev: it.ev})
 	}
 	for _, ss := range full {
 		s.fixSession(ss)
@@ -298,10 +314,11 @@ func (s *sched) pick(now int64, max, perPrivate, perGroup int) []*schedItem {
 // the index (another handle, or a race the guard caught) and is reloaded
 // from the table by the caller. On a failed write (got == nil) every item
 // is put back as it was.
-func (s *sched) settleClaim(items []*schedItem, got map[string]int, until, now int64) (lost []string) {
+func (s *sched) settleClaim(items []picked, got map[string]int, until, now int64) (lost []string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for _, it := range items {
+	for _, p := range items {
+		it := p.it
 		if s.items[it.id] != it || it.loc != locClaiming {
 			continue // replaced meanwhile
 		}
@@ -347,19 +364,23 @@ func (s *sched) leaseChanged(id string, claims int, done, leased bool, available
 }
 
 // raise applies a priority raise to a pending item and refreshes its held
-// payload.
-func (s *sched) raise(id string, priority int, payload []byte, now int64) {
+// event.
+func (s *sched) raise(id string, priority int, ev *channel.Event, size int, now int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	it := s.items[id]
 	if it == nil || it.leased {
 		return
 	}
-	if it.payload != nil {
-		s.held += len(payload) - len(it.payload)
-		it.payload = payload
+	if it.ev != nil {
+		s.held += size - it.size
+		it.ev, it.size = ev, size
 	}
-	if priority > it.priority {
+	switch {
+	case priority <= it.priority:
+	case it.loc == locClaiming: // in no heap; the claim settles it
+		it.priority = priority
+	default:
 		s.detach(it)
 		it.priority = priority
 		s.attach(it, now)

@@ -76,6 +76,9 @@ const (
 	DefaultBusyTimeout = 5 * time.Second
 	// DefaultReadConns is the size of the read connection pool.
 	DefaultReadConns = 4
+	// DefaultCommitDelay is how long a busy writer waits to fill a small
+	// batch (see Options.CommitDelay).
+	DefaultCommitDelay = 200 * time.Microsecond
 )
 
 // Options configure Open. The zero value is valid and means the defaults.
@@ -91,6 +94,14 @@ type Options struct {
 	BusyTimeout time.Duration
 	// ReadConns is the number of read connections (0 = DefaultReadConns).
 	ReadConns int
+	// CommitDelay is how long the writer, while busy, waits for more
+	// writes before it commits a batch of fewer than 8 (0 =
+	// DefaultCommitDelay, negative = never wait). Every commit writes each
+	// page it changed to the WAL, so under load small batches cost several
+	// times more per write than large ones; waiting a moment trades that
+	// for up to this much latency. An idle writer never waits: the first
+	// write after a pause commits at once.
+	CommitDelay time.Duration
 
 	// directWrites disables group commit: every write runs in its own
 	// transaction on the caller's goroutine. Only the benchmarks set it, to
@@ -227,7 +238,10 @@ PRAGMA automatic_index = OFF`); err != nil {
 		return fail(fmt.Errorf("store: open %s: %w", path, err))
 	}
 
-	d.w = newWriter(conn, log, opts.directWrites, newCheckpointer(d.cdb, log, pageSize))
+	if opts.CommitDelay == 0 {
+		opts.CommitDelay = DefaultCommitDelay
+	}
+	d.w = newWriter(conn, log, opts.directWrites, opts.CommitDelay, newCheckpointer(d.cdb, log, pageSize))
 	if err := d.reload(ctx); err != nil {
 		_ = d.Close()
 		return nil, fmt.Errorf("store: open %s: %w", path, err)

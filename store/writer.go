@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // maxBatch bounds how many write operations share one transaction.
@@ -39,6 +40,7 @@ type writer struct {
 	conn   *sql.Conn
 	log    *slog.Logger
 	direct bool
+	delay  time.Duration // how long a busy writer waits to fill a small batch
 	ckpt   *checkpointer
 
 	// stmts caches prepared statements on conn by SQL text. Only the
@@ -58,8 +60,9 @@ type writer struct {
 	directMu sync.Mutex
 }
 
-func newWriter(conn *sql.Conn, log *slog.Logger, direct bool, ckpt *checkpointer) *writer {
+func newWriter(conn *sql.Conn, log *slog.Logger, direct bool, delay time.Duration, ckpt *checkpointer) *writer {
 	w := &writer{
+		delay:   delay,
 		conn:    conn,
 		ckpt:    ckpt,
 		log:     log,
@@ -129,25 +132,63 @@ func (d *DB) write(ctx context.Context, fn writeFunc) error {
 	return <-op.done
 }
 
+// smallBatch is the batch size below which a busy writer waits up to its
+// commit delay for more operations.
+const smallBatch = 8
+
 // loop is the group-commit goroutine.
+//
+// A commit writes every page its batch changed to the WAL (two write calls
+// per page), so under load a batch of one or two operations costs several
+// times what it would as part of a larger one. When an operation was
+// already waiting as the previous batch finished (the writer is busy) and
+// the batch is small, the loop waits up to delay for more before it
+// commits. An idle writer commits the first operation at once, so the
+// delay never adds latency at low load.
 func (w *writer) loop() {
 	defer close(w.stopped)
 	batch := make([]*writeOp, 0, maxBatch)
+	linger := time.NewTimer(time.Hour)
+	linger.Stop()
 	for {
+		busy := true
 		select {
 		case op := <-w.ops:
 			batch = append(batch[:0], op)
-		case <-w.quit:
-			return
+		default:
+			busy = false
+			select {
+			case op := <-w.ops:
+				batch = append(batch[:0], op)
+			case <-w.quit:
+				return
+			}
 		}
+		waited := !busy || w.delay <= 0
 	collect:
 		for len(batch) < maxBatch {
 			select {
 			case op := <-w.ops:
 				batch = append(batch, op)
+				continue
 			default:
+			}
+			if waited || len(batch) >= smallBatch {
+				break
+			}
+			waited = true
+			linger.Reset(w.delay)
+			for len(batch) < smallBatch {
+				select {
+				case op := <-w.ops:
+					batch = append(batch, op)
+					continue
+				case <-linger.C:
+				case <-w.quit:
+				}
 				break collect
 			}
+			linger.Stop()
 		}
 		w.run(batch)
 		clear(batch)

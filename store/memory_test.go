@@ -144,7 +144,7 @@ func TestSearchHistoryFilters(t *testing.T) {
 
 func TestMigrationFromVersion1(t *testing.T) {
 	t.Parallel()
-	require.Equal(t, 2, SchemaVersion())
+	require.Equal(t, 3, SchemaVersion())
 	path := filepath.Join(t.TempDir(), "p.db")
 	d, err := Open(path, Options{Clock: clock.NewFake(t0)})
 	require.NoError(t, err)

@@ -112,6 +112,9 @@ func (d *DB) Enqueue(ctx context.Context, it inbound.Item) (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("store: enqueue %s: %w", it.ID, err)
 	}
+	if r.ev.searchTokens != "" {
+		d.kickSearchIndex()
+	}
 	return enqueued, nil
 }
 
@@ -199,6 +202,9 @@ func (d *DB) Record(ctx context.Context, it inbound.Item, o inbound.Outcome) (bo
 	})
 	if err != nil {
 		return false, fmt.Errorf("store: record %s: %w", it.ID, err)
+	}
+	if inserted && r.ev.searchTokens != "" {
+		d.kickSearchIndex()
 	}
 	return inserted, nil
 }

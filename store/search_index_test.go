@@ -144,6 +144,26 @@ func TestSearchIndexCatchUpPerSession(t *testing.T) {
 	requireSearchIndexConsistent(t, d)
 }
 
+func TestSearchIndexHiddenSenders(t *testing.T) {
+	t.Parallel()
+	d := open(t, clock.NewFake(t0), noIndexer)
+	g := channel.Chat{Kind: channel.Group, ID: "g1"}
+	session := channel.SessionKey("", "onebot", "bot", g)
+	before := appendMsg(t, d, msgEvent(g, "1", "u1", "A", "secret plans", t0))
+	other := appendMsg(t, d, msgEvent(g, "2", "u2", "B", "secret recipe", t0))
+	_, err := d.ForgetUser(t.Context(), "onebot", "u1", memory.ForgetOptions{ExcludeHistory: true})
+	require.NoError(t, err)
+	// Queued before or written after "forget me", the user's messages are
+	// indexed like any other and never found.
+	after := appendMsg(t, d, msgEvent(g, "3", "u1", "A", "secret meeting", t0))
+	require.Equal(t, []string{other}, searchKeys(t, d, session, "secret"))
+	for _, k := range []string{before, after} {
+		_, queued := rowSearch(t, d, k)
+		require.False(t, queued, k)
+	}
+	require.Equal(t, 3, requireSearchIndexConsistent(t, d).ftsDocs)
+}
+
 func TestSearchIndexEdits(t *testing.T) {
 	t.Parallel()
 	d := open(t, clock.NewFake(t0), noIndexer)

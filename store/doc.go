@@ -50,6 +50,21 @@
 // may return fewer than requested when a few sessions' backlogs fill that
 // window.
 //
+// # History search
+//
+// The transcript is indexed for full-text search (FTS4, see
+// [DB.SearchHistory]) off the write path: Enqueue, Record and Append store
+// the row with its search tokens (tokenized by the caller, outside the
+// writer) and only queue it for indexing. A background indexer started by
+// Open moves queued rows into the index in batches of up to 512, about a
+// second after the writes that queued them, one index segment per chat per
+// batch instead of one per message. The index therefore lags the
+// transcript by at most one indexer pass, which no reader sees: a history
+// search first indexes what is still queued for the sessions it searches
+// (a backlog beyond 4,096 rows is left partly to the background indexer).
+// Close stops the indexer first; rows still queued are indexed after the
+// next Open.
+//
 // # Concurrency
 //
 // A DB is safe for concurrent use. All writes go through a single writer

@@ -20,8 +20,11 @@ type eventRow struct {
 	payload                                                   []byte
 	direction                                                 memory.Direction
 	recalledAt                                                any
-	searchTokens                                              string // see memory_search.go
-	searchSID                                                 int64
+	// searchTokens is the indexed text (see memory_search.go), computed
+	// here, outside the writer; the row is queued for the search indexer
+	// when it is not empty. searchSID is its index partition.
+	searchTokens string
+	searchSID    int64
 }
 
 // newEventRow encodes ev for the message_events row with the given key.
@@ -58,7 +61,10 @@ ON CONFLICT (id) DO UPDATE SET
     search_tokens = excluded.search_tokens, search_sid = excluded.search_sid`
 
 // upsertEvent writes the transcript row, keeping created_at (and recalled_at
-// unless a new one is given) of an existing row.
+// unless a new one is given) of an existing row. It does not index the row
+// for search: the triggers queue it (see migrations/0004_search_async.sql),
+// and the caller kicks the search indexer (DB.kickSearchIndex) once the
+// write returned when r.searchTokens is not empty.
 func upsertEvent(tx wtx, r *eventRow, now int64) error {
 	_, err := tx.exec(sqlUpsertEvent, r.id, r.session, r.platform, r.botID, r.chatKind, r.chatID, r.messageID,
 		r.seq, r.senderID, r.senderName, r.eventTime, r.text, r.payload, string(r.direction), r.recalledAt, now,

@@ -51,6 +51,9 @@ func (d *DB) Append(ctx context.Context, e memory.Entry) error {
 	if err := d.write(ctx, func(tx wtx) error { return upsertEvent(tx, &r, now) }); err != nil {
 		return fmt.Errorf("store: append %s: %w", e.Key, err)
 	}
+	if r.searchTokens != "" {
+		d.kickSearchIndex()
+	}
 	return nil
 }
 

@@ -17,17 +17,27 @@ import (
 	"github.com/personakit/persona/memory"
 )
 
-// Full-text search (see migrations/0002_memory.sql). The store writes the
-// Go-tokenized text (memory.IndexText) of every history row and fact into
-// its search_tokens column; triggers keep the FTS4 tables in step.
+// Full-text search (see migrations/0002_memory.sql and
+// 0004_search_async.sql). The store writes the Go-tokenized text
+// (memory.IndexText) of every history row and fact into its search_tokens
+// column, computed before the write is submitted; triggers keep the FTS4
+// tables in step. Facts are indexed when they are written. History rows are
+// queued instead, and the search indexer (search_index.go) indexes them in
+// batches, so the history index lags the transcript by at most one indexer
+// pass; SearchHistory first indexes what is still queued for its sessions.
 
 // searchTokens is the indexed form of a history row: the message text and
 // the sender's name. Notices are not indexed.
 func searchTokens(ev *channel.Event, dir memory.Direction) string {
-	if dir == memory.Notice {
+	return rowTokens(ev.Text(), ev.Sender.Name, string(dir))
+}
+
+// rowTokens is searchTokens from the message_events columns.
+func rowTokens(text, senderName, dir string) string {
+	if dir == string(memory.Notice) {
 		return ""
 	}
-	return memory.IndexText(ev.Text(), ev.Sender.Name)
+	return memory.IndexText(text, senderName)
 }
 
 // searchSID is the FTS4 language id (index partition) of a session: 31 bits
@@ -106,6 +116,11 @@ const searchOversample = 4
 // first among equal scores), loads the best 4×q.Limit rows (default limit
 // 50), drops recalled, notice, out-of-range and hidden-sender rows and
 // returns the best q.Limit, best first, then newest first.
+//
+// It first indexes the history rows still queued for those sessions
+// (catchUpSearchIndex), so it finds every message written before it was
+// called; only a backlog of more than 4,096 rows (searchCatchUpBatches ×
+// searchIndexBatch) is left partly to the background indexer.
 func (d *DB) SearchHistory(ctx context.Context, q memory.HistoryQuery) ([]memory.HistoryHit, error) {
 	expr := memory.MatchExpr(q.Tokens)
 	if expr == "" || len(q.Sessions) == 0 {
@@ -125,6 +140,9 @@ func (d *DB) SearchHistory(ctx context.Context, q memory.HistoryQuery) ([]memory
 	sessions := slices.Compact(slices.Sorted(slices.Values(q.Sessions)))
 	if len(sessions) > maxSearchSessions {
 		sessions = sessions[:maxSearchSessions]
+	}
+	if err := d.catchUpSearchIndex(ctx, sessions); err != nil {
+		return nil, fmt.Errorf("store: search history: %w", err)
 	}
 	var hits []memory.HistoryHit
 	for _, s := range sessions {
@@ -318,8 +336,8 @@ const rebuildBatch = 2000
 // RebuildSearchIndex recomputes the search tokens of every history row and
 // fact in batches and then rebuilds both FTS4 indexes from them. Run it
 // after a VACUUM (which may renumber the history rowids the index points
-// at) or to index rows written before migration 0002. It returns the number
-// of history rows visited.
+// at) or to index rows written before migration 0002. Queued history rows
+// are indexed on the way. It returns the number of history rows visited.
 func (d *DB) RebuildSearchIndex(ctx context.Context) (int, error) {
 	var (
 		last  = ""
@@ -352,12 +370,8 @@ FROM message_events WHERE id > ? ORDER BY id LIMIT ?`, last, rebuildBatch)
 		}
 		err = d.write(ctx, func(tx wtx) error {
 			for _, r := range batch {
-				tokens := ""
-				if r.dir != string(memory.Notice) {
-					tokens = memory.IndexText(r.text, r.name)
-				}
 				if _, err := tx.exec(`UPDATE message_events SET search_tokens = ?2, search_sid = ?3 WHERE id = ?1`,
-					r.id, tokens, searchSID(r.session)); err != nil {
+					r.id, rowTokens(r.text, r.name, r.dir), searchSID(r.session)); err != nil {
 					return err
 				}
 			}
@@ -373,11 +387,21 @@ FROM message_events WHERE id > ? ORDER BY id LIMIT ?`, last, rebuildBatch)
 		if _, err := tx.exec(`UPDATE memory_items SET search_tokens = '' WHERE status = 'forgotten'`); err != nil {
 			return err
 		}
-		if _, err := tx.exec(`INSERT INTO message_search (message_search) VALUES ('rebuild')`); err != nil {
-			return err
+		// 'rebuild' indexes every row of message_events, queued or not, and
+		// also the rows without tokens (notices), which must not be in the
+		// index (see migrations/0004_search_async.sql): they have no terms,
+		// only their document entries go. Nothing is left queued.
+		for _, q := range []string{
+			`INSERT INTO message_search (message_search) VALUES ('rebuild')`,
+			`DELETE FROM message_search WHERE docid IN (SELECT rowid FROM message_events WHERE search_tokens = '')`,
+			`DELETE FROM message_search_queue`,
+			`INSERT INTO memory_item_search (memory_item_search) VALUES ('rebuild')`,
+		} {
+			if _, err := tx.exec(q); err != nil {
+				return err
+			}
 		}
-		_, err := tx.exec(`INSERT INTO memory_item_search (memory_item_search) VALUES ('rebuild')`)
-		return err
+		return nil
 	})
 	if err != nil {
 		return total, fmt.Errorf("store: rebuild search index: %w", err)

@@ -125,6 +125,9 @@ func (d *DB) Enqueue(ctx context.Context, it inbound.Item) (bool, error) {
 	} else {
 		d.sched.raise(it.ID, r.priority, held, len(r.ev.payload), now)
 	}
+	if r.ev.searchTokens != "" {
+		d.kickSearchIndex()
+	}
 	return enqueued, nil
 }
 
@@ -212,6 +215,9 @@ func (d *DB) Record(ctx context.Context, it inbound.Item, o inbound.Outcome) (bo
 	})
 	if err != nil {
 		return false, fmt.Errorf("store: record %s: %w", it.ID, err)
+	}
+	if inserted && r.ev.searchTokens != "" {
+		d.kickSearchIndex()
 	}
 	return inserted, nil
 }

@@ -107,6 +107,10 @@ type Options struct {
 	// transaction on the caller's goroutine. Only the benchmarks set it, to
 	// compare both designs.
 	directWrites bool
+	// noSearchIndexer leaves the background search indexer off: history
+	// rows are indexed only when a search catches up. Tests and benchmarks
+	// set it to observe queued rows.
+	noSearchIndexer bool
 }
 
 // DB is a persona store on one SQLite file. It implements inbound.Queue,
@@ -125,6 +129,8 @@ type DB struct {
 	events *eventCache
 	// sched is the claim index of the live queue items (see sched.go).
 	sched *sched
+	// ix indexes history rows for search in the background.
+	ix searchIndexer
 }
 
 // Open opens (creating if needed) the SQLite database file at path, applies
@@ -242,6 +248,7 @@ PRAGMA automatic_index = OFF`); err != nil {
 		opts.CommitDelay = DefaultCommitDelay
 	}
 	d.w = newWriter(conn, log, opts.directWrites, opts.CommitDelay, newCheckpointer(d.cdb, log, pageSize))
+	d.startSearchIndexer(opts.noSearchIndexer)
 	if err := d.reload(ctx); err != nil {
 		_ = d.Close()
 		return nil, fmt.Errorf("store: open %s: %w", path, err)
@@ -259,10 +266,12 @@ func dsn(abs string, q url.Values) string {
 // Path returns the absolute path of the database file.
 func (d *DB) Path() string { return d.path }
 
-// Close stops the writer, waiting for the batch in progress to commit, and
-// closes every connection. Calls after the first return nil; every other
-// method returns ErrClosed afterwards.
+// Close stops the background search indexer and then the writer, waiting
+// for the batch in progress to commit, and closes every connection. Calls
+// after the first return nil; every other method returns ErrClosed
+// afterwards.
 func (d *DB) Close() error {
+	d.stopSearchIndexer()
 	if !d.w.close() {
 		return nil
 	}

@@ -236,7 +236,10 @@ func (o *Options) openStorage() (owned *store.DB, err error) {
 		if err := os.MkdirAll(o.DataDir, 0o700); err != nil {
 			return nil, fmt.Errorf("persona: create data dir: %w", err)
 		}
-		db, err = store.Open(filepath.Join(o.DataDir, "persona.db"), store.Options{Clock: o.Clock, Logger: o.Logger})
+		db, err = store.Open(filepath.Join(o.DataDir, "persona.db"), store.Options{Clock: o.Clock, Logger: o.Logger,
+			// Only memory searches history; without it the rows are indexed
+			// by the first search, if one ever comes.
+			NoSearchIndexer: !o.Memory})
 		if err != nil {
 			return nil, err
 		}

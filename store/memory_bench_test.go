@@ -257,7 +257,7 @@ func BenchmarkMemoryIndexWrite(b *testing.B) {
 		noIndexer bool
 	}{{"indexed", true, false}, {"write-path", true, true}, {"no-text", false, false}} {
 		b.Run(tc.name, func(b *testing.B) {
-			d, err := Open(filepath.Join(b.TempDir(), "w.db"), Options{noSearchIndexer: tc.noIndexer})
+			d, err := Open(filepath.Join(b.TempDir(), "w.db"), Options{NoSearchIndexer: tc.noIndexer})
 			require.NoError(b, err)
 			defer func() { _ = d.Close() }()
 			r := rand.New(rand.NewPCG(5, 6))
@@ -302,7 +302,7 @@ func BenchmarkMemorySearchIndex(b *testing.B) {
 		{1, 50}, {searchIndexBatch, 1}, {searchIndexBatch, 50}, {searchIndexBatch, 1000},
 	} {
 		b.Run(fmt.Sprintf("batch-%d/sessions-%d", tc.batch, tc.sessions), func(b *testing.B) {
-			d, err := Open(filepath.Join(b.TempDir(), "i.db"), Options{noSearchIndexer: true})
+			d, err := Open(filepath.Join(b.TempDir(), "i.db"), Options{NoSearchIndexer: true})
 			require.NoError(b, err)
 			defer func() { _ = d.Close() }()
 			r := rand.New(rand.NewPCG(9, 10))

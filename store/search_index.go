@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"slices"
 	"sync"
 	"time"
@@ -193,9 +194,9 @@ func (d *DB) indexPending(ctx context.Context, sids []int64, limit int) (int, er
 }
 
 // catchUpSearchIndex indexes the history rows queued for the sessions'
-// partitions before a search, in at most searchCatchUpBatches passes; a
-// longer backlog is left to the background indexer and the search sees
-// what is indexed. When nothing is queued for them it only reads. Only the
+// partitions before a search, in at most searchCatchUpBatches passes while
+// the background indexer runs (a longer backlog is left to it and the
+// search sees what is indexed), completely when it is off. When nothing is queued for them it only reads. Only the
 // end of ctx is an error: a search still runs when indexing failed.
 func (d *DB) catchUpSearchIndex(ctx context.Context, sessions []string) error {
 	sids := make([]int64, 0, len(sessions))
@@ -219,7 +220,13 @@ func (d *DB) catchUpSearchIndex(ctx context.Context, sessions []string) error {
 	if !queued {
 		return nil
 	}
-	for range searchCatchUpBatches {
+	// With the background indexer off nothing else indexes these rows:
+	// catch up completely.
+	batches := searchCatchUpBatches
+	if d.ix.cancel == nil {
+		batches = math.MaxInt
+	}
+	for range batches {
 		n, err := d.indexPending(ctx, sids, searchIndexBatch)
 		if err != nil {
 			if ctx.Err() != nil {

@@ -20,7 +20,7 @@ import (
 	"github.com/personakit/persona/outcome"
 )
 
-func noIndexer(o *Options) { o.noSearchIndexer = true }
+func noIndexer(o *Options) { o.NoSearchIndexer = true }
 
 // searchState is what the history search index holds.
 type searchState struct {
@@ -431,7 +431,7 @@ func TestSearchIndexMigrationFromVersion2(t *testing.T) {
 
 	path := filepath.Join(t.TempDir(), "v2.db")
 	createVersion2(t, path, rows)
-	d, err := Open(path, Options{Clock: clock.NewFake(t0), noSearchIndexer: true})
+	d, err := Open(path, Options{Clock: clock.NewFake(t0), NoSearchIndexer: true})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, d.Close()) })
 
@@ -481,7 +481,7 @@ func TestSearchIndexCloseWhileIndexing(t *testing.T) {
 	require.NoError(t, d.Close())
 
 	// Whatever was left queued is indexed after a reopen.
-	d, err = Open(path, Options{Clock: clock.NewFake(t0), noSearchIndexer: true})
+	d, err = Open(path, Options{Clock: clock.NewFake(t0), NoSearchIndexer: true})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, d.Close()) })
 	for readSearchState(t, d).queued > 0 {

@@ -201,7 +201,10 @@ type Record struct {
 type Queue interface {
 	// Enqueue stores the item (and its history row) durably. It returns
 	// enqueued=false when the item already existed; a still-pending item then
-	// gets priority max(old, new) and a refreshed payload.
+	// gets priority max(old, new) and a refreshed payload, and a delivery
+	// that is not history-only clears its history-only mark (a message a
+	// reconnect backfill queued as history only that then arrives live is
+	// handled as live).
 	Enqueue(ctx context.Context, it Item) (enqueued bool, err error)
 	// Record stores an item that is terminal from the start (a notice, an
 	// admission refusal) with its outcome. Like Enqueue it is idempotent and

@@ -72,11 +72,17 @@ INSERT INTO inbound_items (id, session_key, chat_kind, sender_id, message_id, ev
 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, 'pending', 0, ?11, ?12, ?12, ?12)
 ON CONFLICT (id) DO NOTHING`
 
+// sqlRaisePriority applies a repeated delivery to a still-pending item: the
+// higher priority wins, and an item that is not history-only (a live
+// delivery) ends the history-only mark a backfill that saw the message first
+// gave it.
 const sqlRaisePriority = `
-UPDATE inbound_items SET priority = max(priority, ?2), updated_at = ?3
-WHERE id = ?1 AND status = 'pending' AND priority < ?2`
+UPDATE inbound_items SET priority = max(priority, ?2), history_only = min(history_only, ?4), updated_at = ?3
+WHERE id = ?1 AND status = 'pending' AND (priority < ?2 OR history_only > ?4)`
 
-// Enqueue implements inbound.Queue. It fills it.ID from it.Event.Key() and
+// Enqueue implements inbound.Queue (a repeated delivery of a pending item
+// raises its priority and, unless itself history-only, clears its
+// history-only mark). It fills it.ID from it.Event.Key() and
 // it.SessionKey from it.Event.SessionKey when they are empty and rejects an
 // item that still has no session key (ErrInvalid). In one transaction it
 // upserts the message_events row (direction "in") and inserts the
@@ -104,7 +110,7 @@ func (d *DB) Enqueue(ctx context.Context, it inbound.Item) (bool, error) {
 			enqueued = true
 			return nil
 		}
-		_, err = tx.exec(sqlRaisePriority, it.ID, r.priority, now)
+		_, err = tx.exec(sqlRaisePriority, it.ID, r.priority, now, r.history)
 		return err
 	})
 	if err != nil {
@@ -123,7 +129,7 @@ func (d *DB) Enqueue(ctx context.Context, it inbound.Item) (bool, error) {
 			eventTime: r.ev.eventTime, history: r.history, availableAt: r.avail, ev: held, size: len(r.ev.payload),
 		}, now)
 	} else {
-		d.sched.raise(it.ID, r.priority, held, len(r.ev.payload), now)
+		d.sched.raise(it.ID, r.priority, r.history, held, len(r.ev.payload), now)
 	}
 	if r.ev.searchTokens != "" {
 		d.kickSearchIndex()
@@ -234,7 +240,7 @@ UPDATE inbound_items SET
     outcome = NULL, reason = NULL, merged_into = NULL, updated_at = ?1
 WHERE id IN (SELECT value FROM json_each(?4))
     AND ((status = 'pending' AND available_at <= ?1) OR (status = 'leased' AND lease_until <= ?1))
-RETURNING id, attempts, claims,
+RETURNING id, attempts, claims, history_only,
     CASE WHEN id IN (SELECT value FROM json_each(?5))
         THEN (SELECT payload FROM message_events m WHERE m.id = inbound_items.id) END`
 
@@ -242,6 +248,7 @@ RETURNING id, attempts, claims,
 type claimed struct {
 	attempts int
 	claims   int
+	history  bool
 	payload  []byte
 }
 
@@ -320,7 +327,7 @@ func (d *DB) Claim(ctx context.Context, limits inbound.Limits) ([]inbound.Lease,
 				c       claimed
 				payload sql.RawBytes
 			)
-			if err := rs.Scan(&id, &c.attempts, &c.claims, &payload); err != nil {
+			if err := rs.Scan(&id, &c.attempts, &c.claims, &c.history, &payload); err != nil {
 				return err
 			}
 			if payload != nil {
@@ -348,7 +355,7 @@ func (d *DB) Claim(ctx context.Context, limits inbound.Limits) ([]inbound.Lease,
 			continue
 		}
 		l := inbound.Lease{
-			Item: inbound.Item{ID: it.id, SessionKey: it.session, Priority: it.priority, HistoryOnly: it.history,
+			Item: inbound.Item{ID: it.id, SessionKey: it.session, Priority: it.priority, HistoryOnly: c.history,
 				AvailableAt: fromMs(it.availableAt)},
 			Owner: limits.Owner, Until: fromMs(until), Attempts: c.attempts, Claims: c.claims,
 		}

@@ -363,15 +363,16 @@ func (s *sched) leaseChanged(id string, claims int, done, leased bool, available
 	s.attach(it, now)
 }
 
-// raise applies a priority raise to a pending item and refreshes its held
-// event.
-func (s *sched) raise(id string, priority int, ev *channel.Event, size int, now int64) {
+// raise applies a repeated delivery to a pending item (see
+// sqlRaisePriority) and refreshes its held event.
+func (s *sched) raise(id string, priority int, history bool, ev *channel.Event, size int, now int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	it := s.items[id]
 	if it == nil || it.leased {
 		return
 	}
+	it.history = it.history && history
 	if it.ev != nil {
 		s.held += size - it.size
 		it.ev, it.size = ev, size

@@ -31,6 +31,7 @@ func Run(t *testing.T, newQueue func(t *testing.T, clk *clock.Fake) inbound.Queu
 		{"EnqueueRejectsItemWithoutSession", testEnqueueInvalid},
 		{"EnqueueIsIdempotent", testEnqueueIdempotent},
 		{"EnqueueDoesNotTouchLeasedOrDone", testEnqueueNotPending},
+		{"LiveDeliveryClearsHistoryOnly", testLiveClearsHistoryOnly},
 		{"RecordIsTerminalAndIdempotent", testRecord},
 		{"ClaimOrder", testClaimOrder},
 		{"ClaimReturnsFullLease", testClaimLease},
@@ -245,6 +246,38 @@ func testEnqueueIdempotent(t *testing.T, h *harness) {
 	require.Equal(t, key(m), ls[0].ID)
 	require.Equal(t, "v4", ls[0].Event.Text(), "payload refreshed")
 	require.Equal(t, inbound.PriorityDirect, ls[0].Priority)
+}
+
+func testLiveClearsHistoryOnly(t *testing.T, h *harness) {
+	// A backfill queues two messages as history only; one of them then
+	// arrives live (not history only), the other is delivered again by a
+	// second backfill.
+	live := msg{chat: group("g1"), id: "live"}
+	again := msg{chat: group("g2"), id: "again"}
+	for _, m := range []msg{live, again} {
+		it := item(m)
+		it.HistoryOnly = true
+		_, err := h.q.Enqueue(t.Context(), it)
+		require.NoError(t, err)
+	}
+	ok, err := h.q.Enqueue(t.Context(), item(live))
+	require.NoError(t, err)
+	require.False(t, ok)
+	it := item(again)
+	it.HistoryOnly = true
+	_, err = h.q.Enqueue(t.Context(), it)
+	require.NoError(t, err)
+
+	ls := h.claim(t, "w", 10)
+	require.Len(t, ls, 2)
+	byID := map[string]bool{}
+	for _, l := range ls {
+		byID[l.ID] = l.HistoryOnly
+	}
+	require.False(t, byID[key(live)], "the live delivery ends the history-only mark")
+	require.True(t, byID[key(again)], "a second history-only delivery keeps it")
+	r := h.lookup(t, key(live))
+	require.False(t, r.HistoryOnly)
 }
 
 func testEnqueueNotPending(t *testing.T, h *harness) {

@@ -468,8 +468,28 @@ func (s *ChunkSender) Send(ctx context.Context, r Reply) (Delivery, error) {
 			return stopped(code, reason), nil
 		}
 	}
+	// Typing starts before the draft (and maybe the first intent) is
+	// stored, so that the indicator call is not inside the window where a
+	// crash leaves the first chunk's fate unknown.
+	if r.Typing {
+		if t, ok := r.Channel.(channel.Typer); ok && len(draft.Chunks) > 0 {
+			tc := StartTyping(ctx, s.clk, t, draft.Chat, s.cfg.TypingKeepalive, s.cfg.TypingTTL)
+			defer tc.Stop()
+		}
+	}
+	platform, bot := r.Channel.Name(), ""
+	if p, err := channel.ParseSessionKey(r.SessionKey); err == nil {
+		platform, bot = p.Platform, p.BotID
+	}
+	intent0 := false // slot 0 recorded with the draft
 	if !resumed {
-		stored, err := s.cfg.Ledger.SaveDraft(ctx, draft)
+		var stored Draft
+		var err error
+		if dl, ok := s.cfg.Ledger.(DraftIntentLedger); ok && len(slots) == 0 && len(draft.Chunks) > 0 && !s.mayForward(r, draft) {
+			stored, intent0, err = dl.SaveDraftIntent(ctx, draft, Fingerprint(platform, bot, draft.Chat, 0, draft.Chunks[0]))
+		} else {
+			stored, err = s.cfg.Ledger.SaveDraft(ctx, draft)
+		}
 		if err != nil {
 			return Delivery{}, fmt.Errorf("outbound: save draft: %w", err)
 		}
@@ -479,18 +499,7 @@ func (s *ChunkSender) Send(ctx context.Context, r Reply) (Delivery, error) {
 	for _, sl := range slots {
 		bySlot[sl.N] = sl
 	}
-	platform, bot := r.Channel.Name(), ""
-	if p, err := channel.ParseSessionKey(r.SessionKey); err == nil {
-		platform, bot = p.Platform, p.BotID
-	}
 	d := Delivery{Chunks: len(draft.Chunks), Code: draft.Code, Reason: draft.Reason, Compressions: sh.Compressions, Usage: sh.Usage}
-
-	if r.Typing {
-		if t, ok := r.Channel.(channel.Typer); ok && len(draft.Chunks) > 0 {
-			tc := StartTyping(ctx, s.clk, t, draft.Chat, s.cfg.TypingKeepalive, s.cfg.TypingTTL)
-			defer tc.Stop()
-		}
-	}
 
 	// A merged-forward card stands for every chunk.
 	if fd, done, err := s.forward(ctx, r, draft, bySlot, platform, bot, &d); done || err != nil {
@@ -526,8 +535,10 @@ func (s *ChunkSender) Send(ctx context.Context, r Reply) (Delivery, error) {
 			}
 		}
 		fp := Fingerprint(platform, bot, draft.Chat, n, c)
-		if err := s.cfg.Ledger.MarkIntent(ctx, r.TurnID, n, fp); err != nil {
-			return d, &SendError{Slot: n, Delivered: d.MessageIDs, Err: fmt.Errorf("ledger intent: %w", err)}
+		if n > 0 || !intent0 {
+			if err := s.cfg.Ledger.MarkIntent(ctx, r.TurnID, n, fp); err != nil {
+				return d, &SendError{Slot: n, Delivered: d.MessageIDs, Err: fmt.Errorf("ledger intent: %w", err)}
+			}
 		}
 		if d.FirstSend.IsZero() {
 			d.FirstSend = s.clk.Now()
@@ -687,6 +698,13 @@ func (s *ChunkSender) reconcile(ctx context.Context, r Reply, draft Draft, n int
 type reconPage struct {
 	channel.HistoryPage
 	ok bool
+}
+
+// mayForward reports whether forward could send the new draft as a
+// merged-forward card (its checks that need no I/O).
+func (s *ChunkSender) mayForward(r Reply, draft Draft) bool {
+	_, ok := r.Channel.(channel.ForwardSender)
+	return ok && !s.cfg.Forward.Off && len(draft.Chunks) >= 2
 }
 
 // forward sends the draft as one merged-forward card when the channel can

@@ -510,6 +510,7 @@ func (s *ChunkSender) Send(ctx context.Context, r Reply) (Delivery, error) {
 	}
 
 	sentThisCall := 0
+	bookedDelivery := false // delivered ran with the last chunk's bookkeeping
 	var history *reconPage
 	for n, c := range draft.Chunks {
 		if sl, ok := bySlot[n]; ok {
@@ -562,18 +563,33 @@ func (s *ChunkSender) Send(ctx context.Context, r Reply) (Delivery, error) {
 		if d.FirstAck.IsZero() {
 			d.FirstAck = now
 		}
-		if err := s.cfg.Ledger.MarkSent(context.WithoutCancel(ctx), r.TurnID, n, rc.MessageIDs, now); err != nil {
-			// The chunk went out; the intent row alone already prevents a
-			// second send.
-			s.log.Error("ledger mark sent failed", "turn", r.TurnID, "slot", n, "err", err)
-		}
 		d.MessageIDs = append(d.MessageIDs, rc.MessageIDs...)
 		sentThisCall++
+		// The bookkeeping of a delivered chunk (ledger, AfterSend and, after
+		// the last chunk, the delivery's) is independent writes: they run
+		// side by side, so a group-committing store can take them in one
+		// transaction. All are done before the next chunk.
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			if err := s.cfg.Ledger.MarkSent(context.WithoutCancel(ctx), r.TurnID, n, rc.MessageIDs, now); err != nil {
+				// The chunk went out; the intent row alone already prevents
+				// a second send.
+				s.log.Error("ledger mark sent failed", "turn", r.TurnID, "slot", n, "err", err)
+			}
+		})
+		if n == len(draft.Chunks)-1 {
+			final := d
+			wg.Go(func() { s.delivered(ctx, r, useLane, lane, final) })
+			bookedDelivery = true
+		}
 		if s.cfg.AfterSend != nil {
 			s.cfg.AfterSend(ctx, r, n, c, rc)
 		}
+		wg.Wait()
 	}
-	s.delivered(ctx, r, useLane, lane, d)
+	if !bookedDelivery {
+		s.delivered(ctx, r, useLane, lane, d)
+	}
 	return d, nil
 }
 

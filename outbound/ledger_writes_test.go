@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"testing/synctest"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -79,4 +81,34 @@ func TestSendStoresDraftWithFirstIntent(t *testing.T) {
 	require.Equal(t, 3, led.combined, "a retry resumes the stored draft")
 	require.Equal(t, outbound.SlotSent, led.slotsOf("t3")[0].State)
 	require.Equal(t, []string{"just one", "one", "two", "again"}, texts(ch.Sent()))
+}
+
+// blockingSentLedger holds MarkSent until AfterSend ran.
+type blockingSentLedger struct {
+	*memLedger
+	afterSend chan struct{}
+}
+
+func (l *blockingSentLedger) MarkSent(ctx context.Context, turnID string, n int, ids []string, at time.Time) error {
+	<-l.afterSend
+	return l.memLedger.MarkSent(ctx, turnID, n, ids, at)
+}
+
+// A delivered chunk's ledger write and AfterSend run side by side (a store
+// can commit them together), and both are done when Send returns.
+func TestSendBooksDeliveredChunkConcurrently(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		ch := chantest.New(chantest.Config{})
+		led := &blockingSentLedger{memLedger: newLedger(), afterSend: make(chan struct{})}
+		state := &outbound.MemoryState{}
+		s := newSender(t, outbound.SenderConfig{Ledger: led, NoPacing: true, State: state,
+			AfterSend: func(context.Context, outbound.Reply, int, outbound.Chunk, channel.Receipt) { close(led.afterSend) }})
+		_, err := s.Send(t.Context(), reply(ch, "t1", "hello"))
+		require.NoError(t, err)
+		require.Equal(t, outbound.SlotSent, led.slotsOf("t1")[0].State)
+		_, ok, err := state.GetState(t.Context(), reply(ch, "t1", "").SessionKey, "", outbound.StateLastBotMessage)
+		require.NoError(t, err)
+		require.True(t, ok, "the delivery's bookkeeping is done too")
+	})
 }

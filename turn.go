@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/personakit/persona/agent"
@@ -227,11 +228,15 @@ func (p *Pipeline) turn(ctx context.Context, l inbound.Lease) action {
 			gctx = run.generation(ctx, gen)
 			extra = append(slices.Clone(companions), run.snapshot()[1:]...)
 		}
-		p.countModelCall(ctx, &ev)
+		// The call is counted while it runs (the count does not depend on
+		// it); the count is stored before the turn goes on.
+		var counted sync.WaitGroup
+		counted.Go(func() { p.countModelCall(ctx, &ev) })
 		// A regeneration reads the history again: replies may have gone
 		// out meanwhile.
 		text, usage, said, err := p.generate(gctx, l, t, extra, &rec, raw)
 		raw = nil
+		counted.Wait()
 		if run != nil && ctx.Err() == nil {
 			if run.stopped() {
 				return complete(outcome.SupersededFollowUp, "a newer message from the same person superseded this reply; the newer turn answers both")

@@ -78,7 +78,7 @@ func (d *DB) Recent(ctx context.Context, sessionKey string, limit int) ([]memory
 	}
 	defer func() { _ = rows.Close() }()
 	var (
-		out      []memory.Entry
+		out      = make([]memory.Entry, 0, min(limit, 32)) // most sessions are short
 		dir      sql.RawBytes
 		payload  sql.RawBytes // only valid until Next: decode copies what it keeps
 		recalled sql.NullInt64

@@ -160,8 +160,11 @@ func (p *Pipeline) sessionValue(ctx context.Context, session, name string, make 
 // generate assembles the prompt (persona and fixed rules, summary, stable
 // history, then the per-turn blocks after the cache breakpoint, the speaker,
 // the clock and the current message, with ids aliased) and runs the
-// Runner. The reply comes back with real ids restored.
-func (p *Pipeline) generate(ctx context.Context, l inbound.Lease, t *gate.Turn, extra []channel.Event, rec *inbound.Outcome) (string, usageInfo, []string, error) {
+// Runner. The reply comes back with real ids restored. raw is the
+// session's history as the turn already read it (at least historyWindow
+// newest entries, see historyRead), or nil to read it here; generate
+// filters it in place, so the caller must not use it afterwards.
+func (p *Pipeline) generate(ctx context.Context, l inbound.Lease, t *gate.Turn, extra []channel.Event, rec *inbound.Outcome, raw []memory.Entry) (string, usageInfo, []string, error) {
 	g, ev := p.gen, l.Event
 	secret, err := p.sessionValue(ctx, l.SessionKey, flagAliasSecret, func() (string, error) {
 		b, err := agent.NewAliasSecret()
@@ -170,11 +173,11 @@ func (p *Pipeline) generate(ctx context.Context, l inbound.Lease, t *gate.Turn, 
 	if err != nil {
 		return "", usageInfo{}, nil, fmt.Errorf("alias secret: %w", err)
 	}
-	raw, err := hex.DecodeString(secret)
+	key, err := hex.DecodeString(secret)
 	if err != nil {
 		return "", usageInfo{}, nil, fmt.Errorf("alias secret: %w", err)
 	}
-	al, err := agent.NewAliaser(raw)
+	al, err := agent.NewAliaser(key)
 	if err != nil {
 		return "", usageInfo{}, nil, err
 	}
@@ -193,11 +196,14 @@ func (p *Pipeline) generate(ctx context.Context, l inbound.Lease, t *gate.Turn, 
 			in.Summary, watermark = sum.Text, sum.Watermark
 		}
 	}
-	hist, err := memory.RecentAfter(ctx, p.opt.History, l.SessionKey, watermark, historyWindow)
-	if err != nil {
-		return "", usageInfo{}, nil, fmt.Errorf("history: %w", err)
+	// raw is this turn's and not used after generation: filter in place.
+	hist := raw[max(0, len(raw)-historyWindow):]
+	if raw == nil {
+		if hist, err = p.opt.History.Recent(ctx, l.SessionKey, historyWindow); err != nil {
+			return "", usageInfo{}, nil, fmt.Errorf("history: %w", err)
+		}
 	}
-	hist = p.before(hist, l)
+	hist = memory.After(keepBefore(hist, &l), watermark)
 	for _, e := range hist {
 		in.History = append(in.History, agent.ChatMessageFromEvent(&e.Event, e.Direction == memory.Out))
 	}
@@ -273,15 +279,49 @@ func (p *Pipeline) sayFunc(l inbound.Lease, al *agent.Aliaser) func(context.Cont
 	}
 }
 
-// before keeps the entries that are context for the current message.
+// historyRead is how many of the session's newest entries a direct turn
+// reads, once, for both the review's transcript (HistoryLimit+1) and the
+// prompt (historyWindow).
+func (p *Pipeline) historyRead() int { return max(historyWindow, p.opt.HistoryLimit+1) }
+
+// before returns, in a new slice, the entries of hist that are context for
+// the current message.
 func (p *Pipeline) before(hist []memory.Entry, l inbound.Lease) []memory.Entry {
-	out := hist[:0:0]
-	for _, e := range hist {
-		if e.Key != l.ID && e.Direction != memory.Notice && e.RecalledAt.IsZero() && !e.Event.Time.After(l.Event.Time) {
-			out = append(out, e)
+	n := 0
+	for i := range hist {
+		if isContext(&hist[i], &l) {
+			n++
+		}
+	}
+	out := make([]memory.Entry, 0, n)
+	for i := range hist {
+		if isContext(&hist[i], &l) {
+			out = append(out, hist[i])
 		}
 	}
 	return out
+}
+
+// keepBefore is before done in place: hist is the caller's to overwrite.
+func keepBefore(hist []memory.Entry, l *inbound.Lease) []memory.Entry {
+	n := 0
+	for i := range hist {
+		if isContext(&hist[i], l) {
+			if n != i {
+				hist[n] = hist[i]
+			}
+			n++
+		}
+	}
+	clear(hist[n:])
+	return hist[:n]
+}
+
+// isContext reports whether a history entry is context for the current
+// message: said before it (not later, not itself), not a notice, not
+// recalled.
+func isContext(e *memory.Entry, l *inbound.Lease) bool {
+	return e.Key != l.ID && e.Direction != memory.Notice && e.RecalledAt.IsZero() && !e.Event.Time.After(l.Event.Time)
 }
 
 // afterReply queues the memory work of an answered turn: fact extraction

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/personakit/persona/agent"
@@ -210,11 +211,15 @@ func (p *Pipeline) turn(ctx context.Context, l inbound.Lease) action {
 	}
 	defer func() { <-p.replySem }()
 
+	// A direct turn reads the history once, for the review and for the
+	// first generation's prompt.
+	var raw []memory.Entry
 	if hist == nil {
 		var err error
-		if hist, err = p.recent(ctx, l); err != nil {
-			return action{kind: actRetry, err: err}
+		if raw, err = p.opt.History.Recent(ctx, l.SessionKey, p.historyRead()); err != nil {
+			return action{kind: actRetry, err: fmt.Errorf("read history: %w", err)}
 		}
+		hist = p.recentOf(raw, l)
 	}
 	var v2 outbound.Verdict
 	for gen := 1; ; gen++ {
@@ -223,8 +228,15 @@ func (p *Pipeline) turn(ctx context.Context, l inbound.Lease) action {
 			gctx = run.generation(ctx, gen)
 			extra = append(slices.Clone(companions), run.snapshot()[1:]...)
 		}
-		p.countModelCall(ctx, &ev)
-		text, usage, said, err := p.generate(gctx, l, t, extra, &rec)
+		// The call is counted while it runs (the count does not depend on
+		// it); the count is stored before the turn goes on.
+		var counted sync.WaitGroup
+		counted.Go(func() { p.countModelCall(ctx, &ev) })
+		// A regeneration reads the history again: replies may have gone
+		// out meanwhile.
+		text, usage, said, err := p.generate(gctx, l, t, extra, &rec, raw)
+		raw = nil
+		counted.Wait()
 		if run != nil && ctx.Err() == nil {
 			if run.stopped() {
 				return complete(outcome.SupersededFollowUp, "a newer message from the same person superseded this reply; the newer turn answers both")
@@ -333,13 +345,19 @@ func (p *Pipeline) recent(ctx context.Context, l inbound.Lease) ([]memory.Entry,
 	if err != nil {
 		return nil, fmt.Errorf("read history: %w", err)
 	}
-	// Only what was said before the current message: messages that arrived
-	// later are not context for this turn.
-	out := p.before(hist, l)
+	return p.recentOf(hist, l), nil
+}
+
+// recentOf returns the turn's recent history (at most HistoryLimit entries)
+// from the session's newest entries, oldest first: those of the newest
+// HistoryLimit+1 that were said before the current message (messages that
+// arrived later are not context for this turn).
+func (p *Pipeline) recentOf(raw []memory.Entry, l inbound.Lease) []memory.Entry {
+	out := p.before(raw[max(0, len(raw)-(p.opt.HistoryLimit+1)):], l)
 	if len(out) > p.opt.HistoryLimit {
 		out = out[len(out)-p.opt.HistoryLimit:]
 	}
-	return out, nil
+	return out
 }
 
 func speaker(ev *channel.Event) string {

@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash"
 	"io"
 	"strings"
 	"sync"
@@ -78,6 +79,11 @@ type Aliaser struct {
 	users map[string]string // known user id → alias, for free-text replacement
 	// minUserID and maxUserID bound the token lengths worth looking up.
 	minUserID, maxUserID int
+
+	// mac is the keyed hash of sum, made on first use and reset for every
+	// id (keying it again per id would cost two hash states).
+	macMu sync.Mutex
+	mac   hash.Hash
 }
 
 // NewAliaser returns an Aliaser for a session secret (at least
@@ -141,10 +147,21 @@ func (a *Aliaser) Alias(kind AliasKind, id string) string {
 }
 
 func (a *Aliaser) sum(kind AliasKind, id string) string {
-	m := hmac.New(sha256.New, a.secret)
-	m.Write([]byte{byte(kind), 0})
-	m.Write([]byte(id))
-	return aliasEncoding.EncodeToString(m.Sum(nil))
+	var sum [sha256.Size]byte
+	a.macMu.Lock()
+	if a.mac == nil {
+		a.mac = hmac.New(sha256.New, a.secret)
+	} else {
+		a.mac.Reset()
+	}
+	a.mac.Write([]byte{byte(kind), 0})
+	_, _ = io.WriteString(a.mac, id)
+	a.mac.Sum(sum[:0])
+	a.macMu.Unlock()
+	// Only the first aliasLongLen characters are ever used.
+	var enc [(sha256.Size*8 + 4) / 5]byte
+	aliasEncoding.Encode(enc[:], sum[:])
+	return string(enc[:aliasLongLen])
 }
 
 // Lookup returns the real id and kind behind a registered alias.

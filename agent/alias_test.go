@@ -1,6 +1,9 @@
 package agent_test
 
 import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base32"
 	"encoding/json"
 	mrand "math/rand"
 	"math/rand/v2"
@@ -239,4 +242,27 @@ func TestAliasProperty(t *testing.T) {
 		return err == nil && len(unknown) == 0 && !aliasRe.Match(out)
 	}
 	require.NoError(t, quick.Check(prop, &quick.Config{MaxCount: 500, Rand: mrand.New(mrand.NewSource(4))}))
+}
+
+// The alias is the kind, '_' and the first 8 base32 characters of
+// HMAC-SHA256(secret, kind‖0‖id), for every id in any order.
+func TestAliasIsTheDocumentedHMAC(t *testing.T) {
+	t.Parallel()
+	want := func(kind agent.AliasKind, id string) string {
+		m := hmac.New(sha256.New, testSecret)
+		m.Write([]byte{byte(kind), 0})
+		m.Write([]byte(id))
+		enc := base32.NewEncoding("abcdefghijklmnopqrstuvwxyz234567").WithPadding(base32.NoPadding)
+		return string(kind) + "_" + enc.EncodeToString(m.Sum(nil))[:8]
+	}
+	a := newAliaser(t, testSecret)
+	for _, id := range []string{"10001", "-42", "", "a much longer platform id with spaces", "10001"} {
+		if id == "" {
+			require.Empty(t, a.User(id))
+			continue
+		}
+		require.Equal(t, want(agent.AliasUser, id), a.User(id), "user %q", id)
+		require.Equal(t, want(agent.AliasMessage, id), a.Message(id), "message %q", id)
+		require.Equal(t, want(agent.AliasGroup, id), a.Group(id), "group %q", id)
+	}
 }

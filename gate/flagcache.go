@@ -61,7 +61,7 @@ type cachedFlag struct {
 	until time.Time // zero = no expiry
 }
 
-var _ Flags = (*FlagCache)(nil)
+var _ BatchFlags = (*FlagCache)(nil)
 
 // NewFlagCache returns a cache in front of inner.
 func NewFlagCache(inner Flags, cfg FlagCacheConfig) *FlagCache {
@@ -166,6 +166,43 @@ func (c *FlagCache) SetFlag(ctx context.Context, f Flag) error {
 	c.putLocked(flagCacheKey{f.SessionKey, f.Subject, f.Name}, cachedFlag{f: f, ok: true, until: c.expiry()})
 	c.mu.Unlock()
 	return nil
+}
+
+// SetFlags implements BatchFlags: the store first (in one write when it
+// implements BatchFlags, else flag by flag), then the cache. After a
+// failed write the flags are read from the store again.
+func (c *FlagCache) SetFlags(ctx context.Context, fs []Flag) error {
+	c.mu.Lock()
+	c.gen++
+	c.dropAbsentLocked(fs)
+	c.mu.Unlock()
+	if err := SetFlags(ctx, c.inner, fs); err != nil {
+		c.mu.Lock()
+		c.gen++
+		for _, f := range fs {
+			delete(c.m, flagCacheKey{f.SessionKey, f.Subject, f.Name})
+		}
+		c.mu.Unlock()
+		return err
+	}
+	c.mu.Lock()
+	c.gen++
+	c.dropAbsentLocked(fs) // a probe may have run during the write
+	for _, f := range fs {
+		c.putLocked(flagCacheKey{f.SessionKey, f.Subject, f.Name}, cachedFlag{f: f, ok: true, until: c.expiry()})
+	}
+	c.mu.Unlock()
+	return nil
+}
+
+// dropAbsentLocked ends the "no subject flags" answers fs's subject flags
+// make wrong; c.mu must be held.
+func (c *FlagCache) dropAbsentLocked(fs []Flag) {
+	for _, f := range fs {
+		if f.Subject != "" {
+			delete(c.absent, absentKey{f.SessionKey, f.Name})
+		}
+	}
 }
 
 // ClearFlag implements Flags: the store first, then the cache.

@@ -117,6 +117,18 @@ func TestFlagCacheSubjectProbe(t *testing.T) {
 	require.EqualValues(t, 2, inner.probes.Load(), "the write ended the absence answer")
 	require.EqualValues(t, 1, inner.reads.Load(), "the probe found flags, so u8 was read")
 
+	// A batch write through the cache ends the answer as well.
+	_, ok, err = c.GetFlag(ctx, "s3", "u1", "pause")
+	require.NoError(t, err)
+	require.False(t, ok)
+	require.NoError(t, c.SetFlags(ctx, []gate.Flag{{SessionKey: "s3", Subject: "u2", Name: "pause"}}))
+	_, ok, err = c.GetFlag(ctx, "s3", "u2", "pause")
+	require.NoError(t, err)
+	require.True(t, ok)
+	_, ok, err = c.GetFlag(ctx, "s3", "u1", "pause")
+	require.NoError(t, err)
+	require.False(t, ok)
+
 	// A flag written behind the cache's back is seen once the answer expires.
 	_, ok, err = c.GetFlag(ctx, "s2", "u1", "pause")
 	require.NoError(t, err)

@@ -46,6 +46,31 @@ type SubjectFlagProber interface {
 	HasSubjectFlags(ctx context.Context, sessionKey, name string) (bool, error)
 }
 
+// BatchFlags is implemented by Flags that can store several flags in one
+// write (the SQLite store, where the write is atomic, and a FlagCache,
+// which passes the batch on). [FlagQuota] writes its counters through it
+// when available.
+type BatchFlags interface {
+	Flags
+	// SetFlags stores (or replaces) every flag of fs.
+	SetFlags(ctx context.Context, fs []Flag) error
+}
+
+// SetFlags stores every flag of fs: in one write when f implements
+// [BatchFlags], else one SetFlag after the other (stopping at the first
+// error).
+func SetFlags(ctx context.Context, f Flags, fs []Flag) error {
+	if b, ok := f.(BatchFlags); ok {
+		return b.SetFlags(ctx, fs)
+	}
+	for _, fl := range fs {
+		if err := f.SetFlag(ctx, fl); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // Flag names used by this package's gates and helpers (and by the router's
 // chat cooldown). Subject is "" unless noted.
 const (

@@ -139,6 +139,12 @@ func (r *Rules) RecordModelCall(ctx context.Context, ev *channel.Event, now time
 	if inGroup {
 		keys = append(keys, group)
 	}
+	if b, ok := r.quota.(BatchQuota); ok {
+		if err := b.AddAll(ctx, keys, 1); err != nil {
+			return fmt.Errorf("gate: record model call: %w", err)
+		}
+		return nil
+	}
 	for _, k := range keys {
 		if err := r.quota.Add(ctx, k, 1); err != nil {
 			return fmt.Errorf("gate: record model call: %w", err)

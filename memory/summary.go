@@ -261,8 +261,18 @@ func cutRunes(s string, n int) string {
 // history that follows the summary in the prompt.
 func RecentAfter(ctx context.Context, h History, sessionKey string, wm Watermark, limit int) ([]Entry, error) {
 	entries, err := h.Recent(ctx, sessionKey, limit)
-	if err != nil || wm.IsZero() {
+	if err != nil {
 		return entries, err
+	}
+	return After(entries, wm), nil
+}
+
+// After keeps the entries (oldest first, as History.Recent returns them)
+// that come after the watermark; a zero watermark keeps them all. It reuses
+// the backing array of entries.
+func After(entries []Entry, wm Watermark) []Entry {
+	if wm.IsZero() {
+		return entries
 	}
 	out := entries[:0]
 	for _, e := range entries {
@@ -272,5 +282,5 @@ func RecentAfter(ctx context.Context, h History, sessionKey string, wm Watermark
 			out = append(out, e)
 		}
 	}
-	return out, nil
+	return out
 }

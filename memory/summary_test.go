@@ -140,3 +140,25 @@ func TestSummaryCapsAndFailures(t *testing.T) {
 	require.Equal(t, 10, cp.Messages)
 	require.Equal(t, 4000, len([]rune(cp.Text)))
 }
+
+func TestAfter(t *testing.T) {
+	t.Parallel()
+	t1 := time.Date(2026, 3, 2, 10, 0, 0, 0, time.UTC)
+	entries := []memory.Entry{
+		{Key: "a"}, {Key: "b"}, {Key: "c"}, {Key: "d"},
+	}
+	entries[0].Event.Time = t1.Add(-time.Minute)
+	entries[1].Event.Time = t1
+	entries[2].Event.Time = t1
+	entries[3].Event.Time = t1.Add(time.Minute)
+	keys := func(es []memory.Entry) []string {
+		var out []string
+		for _, e := range es {
+			out = append(out, e.Key)
+		}
+		return out
+	}
+	require.Equal(t, []string{"a", "b", "c", "d"}, keys(memory.After(entries, memory.Watermark{})), "the zero watermark keeps all")
+	require.Equal(t, []string{"c", "d"}, keys(memory.After(entries, memory.Watermark{Time: t1, Key: "b"})),
+		"at the watermark's time only later keys come after it")
+}

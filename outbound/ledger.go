@@ -69,3 +69,17 @@ type Ledger interface {
 	// sent slot is never removed.
 	ClearIntent(ctx context.Context, turnID string, n int) error
 }
+
+// DraftIntentLedger is a Ledger that can store a turn's draft and the
+// intent of its first chunk in one atomic write. [ChunkSender] uses it for
+// a new reply that does not go out as a merged-forward card, which saves a
+// write per reply; a crash leaves either both or neither.
+type DraftIntentLedger interface {
+	Ledger
+	// SaveDraftIntent saves d as SaveDraft does and, when the stored draft
+	// is d (this call saved it, or an equal one was stored), records slot 0
+	// as an intent with fingerprint fp as MarkIntent does, in the same
+	// write. intent reports whether slot 0 was recorded; when it is false
+	// the caller marks the stored draft's first chunk itself.
+	SaveDraftIntent(ctx context.Context, d Draft, fp string) (stored Draft, intent bool, err error)
+}

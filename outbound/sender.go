@@ -468,8 +468,28 @@ func (s *ChunkSender) Send(ctx context.Context, r Reply) (Delivery, error) {
 			return stopped(code, reason), nil
 		}
 	}
+	// Typing starts before the draft (and maybe the first intent) is
+	// stored, so that the indicator call is not inside the window where a
+	// crash leaves the first chunk's fate unknown.
+	if r.Typing {
+		if t, ok := r.Channel.(channel.Typer); ok && len(draft.Chunks) > 0 {
+			tc := StartTyping(ctx, s.clk, t, draft.Chat, s.cfg.TypingKeepalive, s.cfg.TypingTTL)
+			defer tc.Stop()
+		}
+	}
+	platform, bot := r.Channel.Name(), ""
+	if p, err := channel.ParseSessionKey(r.SessionKey); err == nil {
+		platform, bot = p.Platform, p.BotID
+	}
+	intent0 := false // slot 0 recorded with the draft
 	if !resumed {
-		stored, err := s.cfg.Ledger.SaveDraft(ctx, draft)
+		var stored Draft
+		var err error
+		if dl, ok := s.cfg.Ledger.(DraftIntentLedger); ok && len(slots) == 0 && len(draft.Chunks) > 0 && !s.mayForward(r, draft) {
+			stored, intent0, err = dl.SaveDraftIntent(ctx, draft, Fingerprint(platform, bot, draft.Chat, 0, draft.Chunks[0]))
+		} else {
+			stored, err = s.cfg.Ledger.SaveDraft(ctx, draft)
+		}
 		if err != nil {
 			return Delivery{}, fmt.Errorf("outbound: save draft: %w", err)
 		}
@@ -479,18 +499,7 @@ func (s *ChunkSender) Send(ctx context.Context, r Reply) (Delivery, error) {
 	for _, sl := range slots {
 		bySlot[sl.N] = sl
 	}
-	platform, bot := r.Channel.Name(), ""
-	if p, err := channel.ParseSessionKey(r.SessionKey); err == nil {
-		platform, bot = p.Platform, p.BotID
-	}
 	d := Delivery{Chunks: len(draft.Chunks), Code: draft.Code, Reason: draft.Reason, Compressions: sh.Compressions, Usage: sh.Usage}
-
-	if r.Typing {
-		if t, ok := r.Channel.(channel.Typer); ok && len(draft.Chunks) > 0 {
-			tc := StartTyping(ctx, s.clk, t, draft.Chat, s.cfg.TypingKeepalive, s.cfg.TypingTTL)
-			defer tc.Stop()
-		}
-	}
 
 	// A merged-forward card stands for every chunk.
 	if fd, done, err := s.forward(ctx, r, draft, bySlot, platform, bot, &d); done || err != nil {
@@ -501,6 +510,7 @@ func (s *ChunkSender) Send(ctx context.Context, r Reply) (Delivery, error) {
 	}
 
 	sentThisCall := 0
+	bookedDelivery := false // delivered ran with the last chunk's bookkeeping
 	var history *reconPage
 	for n, c := range draft.Chunks {
 		if sl, ok := bySlot[n]; ok {
@@ -526,8 +536,10 @@ func (s *ChunkSender) Send(ctx context.Context, r Reply) (Delivery, error) {
 			}
 		}
 		fp := Fingerprint(platform, bot, draft.Chat, n, c)
-		if err := s.cfg.Ledger.MarkIntent(ctx, r.TurnID, n, fp); err != nil {
-			return d, &SendError{Slot: n, Delivered: d.MessageIDs, Err: fmt.Errorf("ledger intent: %w", err)}
+		if n > 0 || !intent0 {
+			if err := s.cfg.Ledger.MarkIntent(ctx, r.TurnID, n, fp); err != nil {
+				return d, &SendError{Slot: n, Delivered: d.MessageIDs, Err: fmt.Errorf("ledger intent: %w", err)}
+			}
 		}
 		if d.FirstSend.IsZero() {
 			d.FirstSend = s.clk.Now()
@@ -551,18 +563,33 @@ func (s *ChunkSender) Send(ctx context.Context, r Reply) (Delivery, error) {
 		if d.FirstAck.IsZero() {
 			d.FirstAck = now
 		}
-		if err := s.cfg.Ledger.MarkSent(context.WithoutCancel(ctx), r.TurnID, n, rc.MessageIDs, now); err != nil {
-			// The chunk went out; the intent row alone already prevents a
-			// second send.
-			s.log.Error("ledger mark sent failed", "turn", r.TurnID, "slot", n, "err", err)
-		}
 		d.MessageIDs = append(d.MessageIDs, rc.MessageIDs...)
 		sentThisCall++
+		// The bookkeeping of a delivered chunk (ledger, AfterSend and, after
+		// the last chunk, the delivery's) is independent writes: they run
+		// side by side, so a group-committing store can take them in one
+		// transaction. All are done before the next chunk.
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			if err := s.cfg.Ledger.MarkSent(context.WithoutCancel(ctx), r.TurnID, n, rc.MessageIDs, now); err != nil {
+				// The chunk went out; the intent row alone already prevents
+				// a second send.
+				s.log.Error("ledger mark sent failed", "turn", r.TurnID, "slot", n, "err", err)
+			}
+		})
+		if n == len(draft.Chunks)-1 {
+			final := d
+			wg.Go(func() { s.delivered(ctx, r, useLane, lane, final) })
+			bookedDelivery = true
+		}
 		if s.cfg.AfterSend != nil {
 			s.cfg.AfterSend(ctx, r, n, c, rc)
 		}
+		wg.Wait()
 	}
-	s.delivered(ctx, r, useLane, lane, d)
+	if !bookedDelivery {
+		s.delivered(ctx, r, useLane, lane, d)
+	}
 	return d, nil
 }
 
@@ -687,6 +714,13 @@ func (s *ChunkSender) reconcile(ctx context.Context, r Reply, draft Draft, n int
 type reconPage struct {
 	channel.HistoryPage
 	ok bool
+}
+
+// mayForward reports whether forward could send the new draft as a
+// merged-forward card (its checks that need no I/O).
+func (s *ChunkSender) mayForward(r Reply, draft Draft) bool {
+	_, ok := r.Channel.(channel.ForwardSender)
+	return ok && !s.cfg.Forward.Off && len(draft.Chunks) >= 2
 }
 
 // forward sends the draft as one merged-forward card when the channel can

@@ -2,6 +2,8 @@ package store
 
 import (
 	"bytes"
+	"context"
+	"database/sql"
 	"encoding/json"
 	"hash/fnv"
 	"sync"
@@ -20,6 +22,12 @@ const eventCacheSize = 20000
 type eventCache struct {
 	mu sync.Mutex
 	m  map[string]cachedEvent
+
+	// recent is Recent's query, prepared once on the read pool (see
+	// recentStmt).
+	recentOnce sync.Once
+	recent     *sql.Stmt
+	recentErr  error
 }
 
 type cachedEvent struct {
@@ -28,6 +36,16 @@ type cachedEvent struct {
 }
 
 func newEventCache() *eventCache { return &eventCache{m: make(map[string]cachedEvent)} }
+
+// recentStmt returns Recent's prepared query on db (the read pool),
+// preparing it on first use. database/sql prepares it again on each pool
+// connection as needed; closing db releases it.
+func (c *eventCache) recentStmt(ctx context.Context, db *sql.DB) (*sql.Stmt, error) {
+	c.recentOnce.Do(func() {
+		c.recent, c.recentErr = db.PrepareContext(context.WithoutCancel(ctx), sqlRecent)
+	})
+	return c.recent, c.recentErr
+}
 
 // decode returns the event stored in payload, from the cache when the
 // payload is unchanged. The returned event shares its slices with the cache;

@@ -10,6 +10,13 @@ import (
 	"github.com/personakit/persona/gate"
 )
 
+var _ gate.BatchFlags = (*DB)(nil)
+
+const sqlSetFlag = `INSERT INTO session_flags (session_key, subject, flag, until, value, updated_at)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+ON CONFLICT (session_key, subject, flag) DO UPDATE SET until = excluded.until, value = excluded.value,
+    updated_at = excluded.updated_at`
+
 // SetFlag implements gate.Flags: it stores or replaces the flag
 // (session key, subject, name). f.SessionKey and f.Name must be set
 // (ErrInvalid).
@@ -19,14 +26,38 @@ func (d *DB) SetFlag(ctx context.Context, f gate.Flag) error {
 	}
 	now := d.now()
 	err := d.write(ctx, func(tx wtx) error {
-		_, err := tx.exec(`INSERT INTO session_flags (session_key, subject, flag, until, value, updated_at)
-VALUES (?1, ?2, ?3, ?4, ?5, ?6)
-ON CONFLICT (session_key, subject, flag) DO UPDATE SET until = excluded.until, value = excluded.value,
-    updated_at = excluded.updated_at`, f.SessionKey, f.Subject, f.Name, nullMs(f.Until), f.Value, now)
+		_, err := tx.exec(sqlSetFlag, f.SessionKey, f.Subject, f.Name, nullMs(f.Until), f.Value, now)
 		return err
 	})
 	if err != nil {
 		return fmt.Errorf("store: set flag %s/%s/%s: %w", f.SessionKey, f.Subject, f.Name, err)
+	}
+	return nil
+}
+
+// SetFlags implements gate.BatchFlags: it stores or replaces every flag
+// of fs in one write, all or none. Every flag needs a session key and a
+// name (ErrInvalid, nothing written).
+func (d *DB) SetFlags(ctx context.Context, fs []gate.Flag) error {
+	for _, f := range fs {
+		if f.SessionKey == "" || f.Name == "" {
+			return fmt.Errorf("%w: flag needs a session key and a name", ErrInvalid)
+		}
+	}
+	if len(fs) == 0 {
+		return nil
+	}
+	now := d.now()
+	err := d.write(ctx, func(tx wtx) error {
+		for _, f := range fs {
+			if _, err := tx.exec(sqlSetFlag, f.SessionKey, f.Subject, f.Name, nullMs(f.Until), f.Value, now); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("store: set %d flags: %w", len(fs), err)
 	}
 	return nil
 }

@@ -57,6 +57,13 @@ func (d *DB) Append(ctx context.Context, e memory.Entry) error {
 	return nil
 }
 
+// sqlRecent reads a session's newest entries, newest first on the
+// (session_key, event_time) index (reversed in Go: no sort, so no temporary
+// B-tree).
+const sqlRecent = `
+SELECT id, direction, payload, recalled_at FROM message_events WHERE session_key = ?
+ORDER BY event_time DESC, rowid DESC LIMIT ?`
+
 // Recent implements memory.History: the newest limit entries of the session,
 // returned oldest first (by event time, then insertion order). limit ≤ 0
 // returns nothing.
@@ -64,27 +71,27 @@ func (d *DB) Recent(ctx context.Context, sessionKey string, limit int) ([]memory
 	if limit <= 0 {
 		return nil, nil
 	}
-	// Newest first on the (session_key, event_time) index, reversed below:
-	// no sort, so no temporary B-tree.
-	rows, err := d.rdb.QueryContext(ctx, `
-SELECT id, session_key, direction, payload, recalled_at FROM message_events WHERE session_key = ?
-ORDER BY event_time DESC, rowid DESC LIMIT ?`, sessionKey, limit)
+	stmt, err := d.events.recentStmt(ctx, d.rdb)
+	if err != nil {
+		return nil, fmt.Errorf("store: recent %s: %w", sessionKey, err)
+	}
+	rows, err := stmt.QueryContext(ctx, sessionKey, limit)
 	if err != nil {
 		return nil, fmt.Errorf("store: recent %s: %w", sessionKey, err)
 	}
 	defer func() { _ = rows.Close() }()
-	var out []memory.Entry
+	var (
+		out      = make([]memory.Entry, 0, min(limit, 32)) // most sessions are short
+		dir      sql.RawBytes
+		payload  sql.RawBytes // only valid until Next: decode copies what it keeps
+		recalled sql.NullInt64
+	)
 	for rows.Next() {
-		var (
-			e        memory.Entry
-			dir      string
-			payload  []byte
-			recalled sql.NullInt64
-		)
-		if err := rows.Scan(&e.Key, &e.SessionKey, &dir, &payload, &recalled); err != nil {
+		e := memory.Entry{SessionKey: sessionKey}
+		if err := rows.Scan(&e.Key, &dir, &payload, &recalled); err != nil {
 			return nil, fmt.Errorf("store: recent %s: %w", sessionKey, err)
 		}
-		e.Direction = memory.Direction(dir)
+		e.Direction = direction(dir)
 		e.RecalledAt = fromNullMs(recalled)
 		ev, err := d.events.decode(e.Key, payload)
 		if err != nil {
@@ -98,6 +105,20 @@ ORDER BY event_time DESC, rowid DESC LIMIT ?`, sessionKey, limit)
 	}
 	slices.Reverse(out)
 	return out, nil
+}
+
+// direction converts a stored direction without allocating for the known
+// ones.
+func direction(b []byte) memory.Direction {
+	switch string(b) {
+	case string(memory.In):
+		return memory.In
+	case string(memory.Out):
+		return memory.Out
+	case string(memory.Notice):
+		return memory.Notice
+	}
+	return memory.Direction(b)
 }
 
 // MarkRecalled implements memory.History: it sets the recall time of the

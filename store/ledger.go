@@ -1,6 +1,7 @@
 package store
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"encoding/json"
@@ -10,6 +11,8 @@ import (
 
 	"github.com/personakit/persona/outbound"
 )
+
+var _ outbound.DraftIntentLedger = (*DB)(nil)
 
 // SaveDraft implements outbound.Ledger: the first draft saved for a turn
 // wins; later calls return the stored one unchanged. dr.TurnID must be set
@@ -39,6 +42,59 @@ ON CONFLICT (turn_id) DO NOTHING`, dr.TurnID, string(body), now); err != nil {
 		return outbound.Draft{}, fmt.Errorf("store: save draft %s: decode: %w", dr.TurnID, err)
 	}
 	return out, nil
+}
+
+// SaveDraftIntent implements outbound.DraftIntentLedger: SaveDraft and,
+// when the stored draft is dr, MarkIntent of slot 0 with fingerprint fp, in
+// one transaction. A fingerprint mismatch on slot 0 fails the whole call
+// (ErrFingerprintMismatch) and saves nothing.
+func (d *DB) SaveDraftIntent(ctx context.Context, dr outbound.Draft, fp string) (outbound.Draft, bool, error) {
+	if dr.TurnID == "" {
+		return outbound.Draft{}, false, fmt.Errorf("%w: draft without a turn id", ErrInvalid)
+	}
+	body, err := json.Marshal(dr)
+	if err != nil {
+		return outbound.Draft{}, false, fmt.Errorf("%w: encode draft %s: %w", ErrInvalid, dr.TurnID, err)
+	}
+	now := d.now()
+	var (
+		stored []byte
+		intent bool
+	)
+	err = d.write(ctx, func(tx wtx) error {
+		intent = false
+		if _, err := tx.exec(`INSERT INTO turn_drafts (turn_id, draft, created_at) VALUES (?1, ?2, ?3)
+ON CONFLICT (turn_id) DO NOTHING`, dr.TurnID, string(body), now); err != nil {
+			return err
+		}
+		if err := tx.queryRow(`SELECT draft FROM turn_drafts WHERE turn_id = ?`, dr.TurnID).Scan(&stored); err != nil {
+			return err
+		}
+		if !bytes.Equal(stored, body) {
+			return nil
+		}
+		if err := markIntent(tx, dr.TurnID, 0, fp, now); err != nil {
+			// The draft row may be new: this failure is not clean.
+			var c *cleanError
+			if errors.As(err, &c) {
+				return c.err
+			}
+			return err
+		}
+		intent = true
+		return nil
+	})
+	if err != nil {
+		return outbound.Draft{}, false, fmt.Errorf("store: save draft %s: %w", dr.TurnID, err)
+	}
+	if intent {
+		return dr, true, nil
+	}
+	var out outbound.Draft
+	if err := json.Unmarshal(stored, &out); err != nil {
+		return outbound.Draft{}, false, fmt.Errorf("store: save draft %s: decode: %w", dr.TurnID, err)
+	}
+	return out, false, nil
 }
 
 // LoadDraft implements outbound.Ledger.
@@ -100,33 +156,38 @@ func (d *DB) MarkIntent(ctx context.Context, turnID string, n int, fingerprint s
 		return fmt.Errorf("%w: ledger slot without a turn id", ErrInvalid)
 	}
 	now := d.now()
-	err := d.write(ctx, func(tx wtx) error {
-		res, err := tx.exec(`INSERT INTO delivery_ledger (turn_id, slot, fingerprint, state, created_at, updated_at)
-VALUES (?1, ?2, ?3, 'intent', ?4, ?4) ON CONFLICT (turn_id, slot) DO NOTHING`, turnID, n, fingerprint, now)
-		if err != nil {
-			return err
-		}
-		if affected(res) == 1 {
-			return nil
-		}
-		var have string
-		if err := tx.queryRow(`SELECT fingerprint FROM delivery_ledger WHERE turn_id = ?1 AND slot = ?2`,
-			turnID, n).Scan(&have); err != nil {
-			return err
-		}
-		if have != fingerprint && have != "" {
-			return clean(fmt.Errorf("%w: slot %d has %q, not %q", ErrFingerprintMismatch, n, have, fingerprint))
-		}
-		if have == "" {
-			_, err = tx.exec(`UPDATE delivery_ledger SET fingerprint = ?3, updated_at = ?4
-WHERE turn_id = ?1 AND slot = ?2`, turnID, n, fingerprint, now)
-		}
-		return err
-	})
+	err := d.write(ctx, func(tx wtx) error { return markIntent(tx, turnID, n, fingerprint, now) })
 	if err != nil {
 		return fmt.Errorf("store: mark intent %s/%d: %w", turnID, n, err)
 	}
 	return nil
+}
+
+// markIntent is the write of MarkIntent. A fingerprint mismatch is a clean
+// error when it is the first statement of the operation's transaction work
+// (the caller wraps it otherwise).
+func markIntent(tx wtx, turnID string, n int, fingerprint string, now int64) error {
+	res, err := tx.exec(`INSERT INTO delivery_ledger (turn_id, slot, fingerprint, state, created_at, updated_at)
+VALUES (?1, ?2, ?3, 'intent', ?4, ?4) ON CONFLICT (turn_id, slot) DO NOTHING`, turnID, n, fingerprint, now)
+	if err != nil {
+		return err
+	}
+	if affected(res) == 1 {
+		return nil
+	}
+	var have string
+	if err := tx.queryRow(`SELECT fingerprint FROM delivery_ledger WHERE turn_id = ?1 AND slot = ?2`,
+		turnID, n).Scan(&have); err != nil {
+		return err
+	}
+	if have != fingerprint && have != "" {
+		return clean(fmt.Errorf("%w: slot %d has %q, not %q", ErrFingerprintMismatch, n, have, fingerprint))
+	}
+	if have == "" {
+		_, err = tx.exec(`UPDATE delivery_ledger SET fingerprint = ?3, updated_at = ?4
+WHERE turn_id = ?1 AND slot = ?2`, turnID, n, fingerprint, now)
+	}
+	return err
 }
 
 // MarkSent implements outbound.Ledger: slot n becomes sent with the platform

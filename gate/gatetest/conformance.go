@@ -113,6 +113,31 @@ func RunFlags(t *testing.T, newFlags func(t *testing.T) gate.Flags) {
 		require.True(t, ok)
 		same(t, fl, got)
 	})
+	t.Run("batch", func(t *testing.T) {
+		f := newFlags(t)
+		b, ok := f.(gate.BatchFlags)
+		if !ok {
+			t.Skip("not a gate.BatchFlags")
+		}
+		flags := []gate.Flag{
+			{SessionKey: "s", Name: "a", Until: t0.Add(time.Minute), Value: "1"},
+			{SessionKey: "s", Subject: "u", Name: "a", Until: t0.Add(time.Hour), Value: "2"},
+		}
+		require.NoError(t, b.SetFlags(t.Context(), flags))
+		require.NoError(t, b.SetFlags(t.Context(), nil), "an empty batch is not an error")
+		flags[0].Value = "3"
+		require.NoError(t, b.SetFlags(t.Context(), flags[:1]))
+		for _, fl := range flags {
+			got, ok, err := f.GetFlag(t.Context(), fl.SessionKey, fl.Subject, fl.Name)
+			require.NoError(t, err)
+			require.True(t, ok)
+			same(t, fl, got)
+		}
+		require.Error(t, b.SetFlags(t.Context(), []gate.Flag{{Name: "n"}, {SessionKey: "s", Name: "b"}}))
+		_, ok, err := f.GetFlag(t.Context(), "s", "", "b")
+		require.NoError(t, err)
+		require.False(t, ok, "a batch that starts with a bad flag writes nothing")
+	})
 	t.Run("needs session key and name", func(t *testing.T) {
 		f := newFlags(t)
 		require.Error(t, f.SetFlag(t.Context(), gate.Flag{Name: "n"}))

@@ -46,6 +46,9 @@ type Pipeline struct {
 
 	wake     chan struct{}
 	replySem chan struct{}
+	// finishing bounds the turns whose worker is free again while their
+	// bookkeeping write waits for its commit (see runTurn).
+	finishing chan struct{}
 
 	mu             sync.Mutex
 	channels       map[string]*chanState // by "<platform>/<bot id>" and by platform
@@ -86,17 +89,18 @@ func New(opt Options) (*Pipeline, error) {
 		return nil, err
 	}
 	p := &Pipeline{
-		opt:      opt,
-		clk:      opt.Clock,
-		log:      opt.Logger,
-		owned:    owned,
-		owner:    uuid.NewString(),
-		admit:    gate.AdmissionPolicy{Mode: opt.PrivateAdmission, Owners: opt.Owners, Allowlist: opt.PrivateAllowlist},
-		identity: route.Identity{Aliases: opt.Aliases, Owners: opt.Owners},
-		bursts:   newBursts(),
-		wake:     make(chan struct{}, 1),
-		replySem: make(chan struct{}, opt.ReplyConcurrency),
-		channels: map[string]*chanState{},
+		opt:       opt,
+		clk:       opt.Clock,
+		log:       opt.Logger,
+		owned:     owned,
+		owner:     uuid.NewString(),
+		admit:     gate.AdmissionPolicy{Mode: opt.PrivateAdmission, Owners: opt.Owners, Allowlist: opt.PrivateAllowlist},
+		identity:  route.Identity{Aliases: opt.Aliases, Owners: opt.Owners},
+		bursts:    newBursts(),
+		wake:      make(chan struct{}, 1),
+		replySem:  make(chan struct{}, opt.ReplyConcurrency),
+		finishing: make(chan struct{}, 4*opt.Workers),
+		channels:  map[string]*chanState{},
 	}
 	if fj, ok := opt.Journal.(io.Closer); ok && opt.Journal != nil {
 		p.closers = append(p.closers, fj)
@@ -451,51 +455,64 @@ func (p *Pipeline) Run(ctx context.Context) error {
 	return err
 }
 
-// dispatch claims work while there are free workers and hands each lease to
-// its own goroutine. It sleeps on the wake signal, a finished turn or the
-// claim poll, never on a busy loop. While there is a backlog (the last claim
-// filled every free worker) it waits until half the workers are free before
-// claiming again, so one claim statement serves several turns.
+// dispatch runs the workers and keeps them fed. Options.Workers goroutines
+// take leases from a buffer of the same size; the dispatcher claims ahead
+// into that buffer, so a worker that finishes a turn starts the next one
+// at once instead of waiting for a claim to commit. It sleeps on the wake
+// signal, a worker taking a lease or the claim poll, never on a busy
+// loop. While there is a backlog (the last claim filled the buffer) it
+// waits until half the buffer is free before claiming again, so one claim
+// write serves several turns. A lease claimed ahead counts against its
+// session's in-flight limit like a running turn; at shutdown the ones not
+// started are released.
 func (p *Pipeline) dispatch(ctx context.Context) {
 	var wg sync.WaitGroup
 	defer wg.Wait()
-	done := make(chan struct{}, p.opt.Workers)
-	inflight := 0
+	ahead := make(chan inbound.Lease, p.opt.Workers)
+	took := make(chan struct{}, 1)
+	for range p.opt.Workers {
+		wg.Go(func() {
+			for l := range ahead {
+				select {
+				case took <- struct{}{}:
+				default:
+				}
+				if ctx.Err() != nil {
+					p.release(l)
+					continue
+				}
+				p.runTurn(ctx, l, &wg)
+			}
+		})
+	}
+	defer close(ahead)
 	backlog := false
 	batch := max(1, p.opt.Workers/2)
 	for ctx.Err() == nil {
-		free := p.opt.Workers - inflight
-		if free > 0 && (!backlog || free >= batch) && p.anyReady() {
+		room := cap(ahead) - len(ahead)
+		if room > 0 && (!backlog || room >= batch) && p.anyReady() {
 			leases, err := p.opt.Queue.Claim(ctx, inbound.Limits{
-				Max: free, PerGroup: p.opt.PerGroup, PerPrivate: p.opt.PerPrivate,
+				Max: room, PerGroup: p.opt.PerGroup, PerPrivate: p.opt.PerPrivate,
 				Lease: p.opt.Lease, Owner: p.owner,
 			})
 			if err != nil && ctx.Err() == nil {
 				p.log.Error("claim failed", "err", err)
 			}
 			for _, l := range leases {
-				inflight++
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					p.runTurn(ctx, l)
-					done <- struct{}{}
-				}()
+				ahead <- l // never blocks: only this loop sends, and room was free
 			}
-			backlog = err == nil && len(leases) == free
+			backlog = err == nil && len(leases) == room
 			if backlog {
-				// Maybe more work: wait only for free workers.
+				// Maybe more work: wait only for room.
 				select {
-				case <-done:
-					inflight--
+				case <-took:
 				case <-ctx.Done():
 				}
 				continue
 			}
-		} else if backlog && inflight > 0 {
+		} else if backlog && room < cap(ahead) {
 			select {
-			case <-done:
-				inflight--
+			case <-took:
 			case <-ctx.Done():
 			}
 			continue
@@ -503,15 +520,19 @@ func (p *Pipeline) dispatch(ctx context.Context) {
 		t := p.clk.NewTimer(p.opt.ClaimPoll)
 		select {
 		case <-p.wake:
-		case <-done:
-			inflight--
+		case <-took:
 		case <-t.C():
 		case <-ctx.Done():
 		}
 		t.Stop()
 	}
-	for inflight > 0 {
-		<-done
-		inflight--
+}
+
+// release gives back a lease claimed ahead that no turn will run.
+func (p *Pipeline) release(l inbound.Lease) {
+	ctx, cancel := context.WithTimeout(context.Background(), DefaultBookkeeping)
+	defer cancel()
+	if err := p.opt.Queue.Release(ctx, l); err != nil {
+		p.log.Warn("release failed", "id", l.ID, "err", err)
 	}
 }

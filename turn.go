@@ -46,7 +46,14 @@ func complete(code outcome.Code, reason string) action {
 
 // runTurn processes one lease: it keeps the lease alive, runs the turn and
 // hands the result to the queue on a detached context.
-func (p *Pipeline) runTurn(parent context.Context, l inbound.Lease) {
+//
+// The bookkeeping write (complete, retry, release) runs on its own
+// goroutine (tracked by wg), so the worker is free for the next turn while
+// the write waits for its group commit; at most 4 × Workers such writes
+// wait at once, beyond that the worker waits too. The lease stays held
+// until the write lands, so the session's in-flight count and the crash
+// semantics are those of a turn still running.
+func (p *Pipeline) runTurn(parent context.Context, l inbound.Lease, wg *sync.WaitGroup) {
 	ctx, cancel := context.WithCancelCause(parent)
 	defer cancel(nil)
 	hbDone := make(chan struct{})
@@ -65,7 +72,14 @@ func (p *Pipeline) runTurn(parent context.Context, l inbound.Lease) {
 	if parent.Err() != nil && act.kind != actComplete {
 		act = action{kind: actRelease}
 	}
-	p.finish(parent, l, act)
+	p.finishing <- struct{}{}
+	wg.Go(func() {
+		defer func() { <-p.finishing }()
+		p.finish(parent, l, act)
+		// The session's slot is free (or the item is due again): more may
+		// be claimable.
+		p.Wake()
+	})
 }
 
 // heartbeat extends the lease every RenewEvery; a lost lease cancels the

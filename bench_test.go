@@ -17,17 +17,23 @@ import (
 )
 
 // benchPipeline pushes b.N messages through a full pipeline (chantest
-// channel, zero-latency scripted model, SQLite store in a temp dir) from four
-// feeding goroutines and reports throughput and the added latency from
+// channel, zero-latency scripted model, SQLite store in a temp dir) from
+// four feeding goroutines (a few busy channel connections) and from 32 (many
+// connections, or an adapter that hands events over concurrently), and
+// reports throughput, CPU per message and the added latency from
 // HandleEvent to the terminal record.
 func benchPipeline(b *testing.B, mk func(i int) (channel.Chat, channel.Sender, []chantest.SayOption)) {
-	benchPipelineAt(b, 0, mk)
+	for _, feeders := range []int{4, 32} {
+		b.Run(fmt.Sprintf("feeders-%d", feeders), func(b *testing.B) {
+			benchPipelineAt(b, 0, feeders, mk)
+		})
+	}
 }
 
 // benchPipelineAt feeds at most rate messages per second (0 = as fast as
 // the feeders can), so the latency of a pipeline that keeps up can be told
 // from the queueing delay of a saturating burst.
-func benchPipelineAt(b *testing.B, rate int, mk func(i int) (channel.Chat, channel.Sender, []chantest.SayOption)) {
+func benchPipelineAt(b *testing.B, rate, feeders int, mk func(i int) (channel.Chat, channel.Sender, []chantest.SayOption)) {
 	model := agenttest.New()
 	model.Otherwise(agenttest.Reply("sure thing")).KeepLast(1)
 	ch := chantest.New(chantest.Config{})
@@ -64,7 +70,6 @@ func benchPipelineAt(b *testing.B, rate int, mk func(i int) (channel.Chat, chann
 	b.ResetTimer()
 	cpu0 := cputime.Process()
 	t0 := time.Now()
-	feeders := 4
 	var tick *time.Ticker
 	if rate > 0 {
 		feeders, tick = 1, time.NewTicker(time.Second/time.Duration(rate))
@@ -125,7 +130,7 @@ func BenchmarkPipelineIgnored(b *testing.B) {
 // BenchmarkPipelineRepliedLatency: private messages at 100/s, a load the
 // pipeline keeps up with, so p50/p99 are the latency the pipeline adds.
 func BenchmarkPipelineRepliedLatency(b *testing.B) {
-	benchPipelineAt(b, 100, func(i int) (channel.Chat, channel.Sender, []chantest.SayOption) {
+	benchPipelineAt(b, 100, 1, func(i int) (channel.Chat, channel.Sender, []chantest.SayOption) {
 		u := fmt.Sprintf("u%d", i%256)
 		return channel.Chat{Kind: channel.Private, ID: u}, channel.Sender{ID: u, Name: "User " + u}, nil
 	})
@@ -133,7 +138,7 @@ func BenchmarkPipelineRepliedLatency(b *testing.B) {
 
 // BenchmarkPipelineIgnoredLatency: unprompted group chatter at 200/s.
 func BenchmarkPipelineIgnoredLatency(b *testing.B) {
-	benchPipelineAt(b, 200, func(i int) (channel.Chat, channel.Sender, []chantest.SayOption) {
+	benchPipelineAt(b, 200, 1, func(i int) (channel.Chat, channel.Sender, []chantest.SayOption) {
 		u := fmt.Sprintf("u%d", i%97)
 		return channel.Chat{Kind: channel.Group, ID: fmt.Sprintf("g%d", i%64)}, channel.Sender{ID: u, Name: "User " + u}, nil
 	})

@@ -44,11 +44,23 @@
 //
 // Use [*DB] as the default for every port, or implement a port yourself and
 // prove it with its conformance suite (inbound/queuetest for inbound.Queue).
-// Claim ranks only a window at the front of the claim order (twice the
-// requested count, at least 32 candidates), so its cost does not grow with
-// the backlog; it never returns nothing while an item is claimable, but it
-// may return fewer than requested when a few sessions' backlogs fill that
-// window.
+//
+// # The claim index
+//
+// Claim decides in memory: a DB keeps its live queue items (pending or
+// leased) in a claim index (per session a heap in claim order and the
+// count of unexpired leases, a heap of sessions by their best item, time
+// heaps for delayed items and lease expiries), rebuilt from inbound_items
+// at Open and kept in step by the DB's own commits. Claim picks there, so
+// its cost does not depend on the backlog and a claim with nothing
+// claimable runs no SQL, then leases the picked items with one UPDATE that
+// repeats the claimability test as a guard. The table stays the truth: an
+// item the guard rejects is re-read, and ReleaseExpired rebuilds the
+// index. One process owns a file's queue: items another process enqueues
+// into the same file are not claimed by this DB until its next Open (the
+// guard keeps such a race from ever leasing an item twice). Enqueue keeps
+// the event it stored (in the form decoding its row gives back), so a
+// claim hands it out without reading or decoding the row.
 //
 // # History search
 //
@@ -63,7 +75,10 @@
 // search first indexes what is still queued for the sessions it searches
 // (a backlog beyond 4,096 rows is left partly to the background indexer).
 // Close stops the indexer first; rows still queued are indexed after the
-// next Open.
+// next Open. With Options.NoSearchIndexer there is no background indexer
+// and a search indexes all its sessions' queued rows itself (the pipeline
+// opens its store that way unless memory is on, since nothing else
+// searches).
 //
 // # Concurrency
 //
@@ -72,7 +87,11 @@
 // IMMEDIATE) owned by one goroutine that practises group commit: operations
 // submitted concurrently share one transaction, each still atomic: one that
 // fails returns its own error and leaves no trace, and every caller returns
-// only after the transaction holding its operation committed. Reads use a
+// only after the transaction holding its operation committed. A writer
+// that is busy (an operation was waiting, or came within a millisecond of
+// the last commit) waits up to Options.CommitDelay to fill a batch of
+// fewer than 8, because a commit's cost is mostly the WAL writes of the
+// pages it changed. Reads use a
 // separate pool of read-only connections (Options.ReadConns) and see every
 // write that returned before them. A lock held by another process is waited
 // for up to Options.BusyTimeout. Close waits for the batch in progress;

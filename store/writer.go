@@ -136,33 +136,40 @@ func (d *DB) write(ctx context.Context, fn writeFunc) error {
 // commit delay for more operations.
 const smallBatch = 8
 
+// busyGap: a first operation that arrives within busyGap of the last
+// commit finds the writer busy.
+const busyGap = time.Millisecond
+
 // loop is the group-commit goroutine.
 //
 // A commit writes every page its batch changed to the WAL (two write calls
 // per page), so under load a batch of one or two operations costs several
-// times what it would as part of a larger one. When an operation was
-// already waiting as the previous batch finished (the writer is busy) and
-// the batch is small, the loop waits up to delay for more before it
-// commits. An idle writer commits the first operation at once, so the
-// delay never adds latency at low load.
+// times what it would as part of a larger one. When the writer is busy (an
+// operation was already waiting as the previous batch finished, or the
+// first one came within busyGap of it) and the batch is small, the loop
+// waits up to delay for more before it commits. An idle writer commits the
+// first operation at once, so the delay never adds latency at low load.
 func (w *writer) loop() {
 	defer close(w.stopped)
 	batch := make([]*writeOp, 0, maxBatch)
 	linger := time.NewTimer(time.Hour)
 	linger.Stop()
+	var lastCommit time.Time
 	for {
 		busy := true
 		select {
 		case op := <-w.ops:
 			batch = append(batch[:0], op)
 		default:
-			busy = false
 			select {
 			case op := <-w.ops:
 				batch = append(batch[:0], op)
 			case <-w.quit:
 				return
 			}
+			// Busy too when the first operation came soon after the last
+			// commit: the callers it released are still producing.
+			busy = time.Since(lastCommit) < busyGap
 		}
 		waited := !busy || w.delay <= 0
 	collect:
@@ -192,6 +199,7 @@ func (w *writer) loop() {
 		}
 		w.run(batch)
 		clear(batch)
+		lastCommit = time.Now()
 	}
 }
 

@@ -89,7 +89,7 @@
 // fails returns its own error and leaves no trace, and every caller returns
 // only after the transaction holding its operation committed. A writer
 // that is busy (an operation was waiting, or came within a millisecond of
-// the last commit) waits up to Options.CommitDelay to fill a batch of
+// a commit of several) waits up to Options.CommitDelay to fill a batch of
 // fewer than 8, because a commit's cost is mostly the WAL writes of the
 // pages it changed. Reads use a
 // separate pool of read-only connections (Options.ReadConns) and see every

@@ -146,15 +146,19 @@ const busyGap = time.Millisecond
 // per page), so under load a batch of one or two operations costs several
 // times what it would as part of a larger one. When the writer is busy (an
 // operation was already waiting as the previous batch finished, or the
-// first one came within busyGap of it) and the batch is small, the loop
-// waits up to delay for more before it commits. An idle writer commits the
-// first operation at once, so the delay never adds latency at low load.
+// first one came within busyGap of a batch of several) and the batch is
+// small, the loop waits up to delay for more before it commits. An idle
+// writer, or one caller writing step after step, commits at once, so the
+// delay never adds latency at low load.
 func (w *writer) loop() {
 	defer close(w.stopped)
 	batch := make([]*writeOp, 0, maxBatch)
 	linger := time.NewTimer(time.Hour)
 	linger.Stop()
-	var lastCommit time.Time
+	var (
+		lastCommit time.Time
+		lastSize   int
+	)
 	for {
 		busy := true
 		select {
@@ -167,9 +171,10 @@ func (w *writer) loop() {
 			case <-w.quit:
 				return
 			}
-			// Busy too when the first operation came soon after the last
-			// commit: the callers it released are still producing.
-			busy = time.Since(lastCommit) < busyGap
+			// Busy too when the first operation came soon after a commit
+			// of several: the callers it released are still producing.
+			// (One caller writing step after step is not load.)
+			busy = lastSize > 1 && time.Since(lastCommit) < busyGap
 		}
 		waited := !busy || w.delay <= 0
 	collect:
@@ -198,8 +203,8 @@ func (w *writer) loop() {
 			linger.Stop()
 		}
 		w.run(batch)
+		lastCommit, lastSize = time.Now(), len(batch)
 		clear(batch)
-		lastCommit = time.Now()
 	}
 }
 

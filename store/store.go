@@ -79,6 +79,8 @@ const (
 	// DefaultCommitDelay is how long a busy writer waits to fill a small
 	// batch (see Options.CommitDelay).
 	DefaultCommitDelay = 200 * time.Microsecond
+	// MaxCommitDelay caps Options.CommitDelay.
+	MaxCommitDelay = 10 * time.Millisecond
 )
 
 // Options configure Open. The zero value is valid and means the defaults.
@@ -96,7 +98,7 @@ type Options struct {
 	ReadConns int
 	// CommitDelay is how long the writer, while busy, waits for more
 	// writes before it commits a batch of fewer than 8 (0 =
-	// DefaultCommitDelay, negative = never wait). Every commit writes each
+	// DefaultCommitDelay, negative = never wait, at most MaxCommitDelay). Every commit writes each
 	// page it changed to the WAL, so under load small batches cost several
 	// times more per write than large ones; waiting a moment trades that
 	// for up to this much latency. An idle writer never waits: the first
@@ -248,8 +250,11 @@ PRAGMA automatic_index = OFF`); err != nil {
 		return fail(fmt.Errorf("store: open %s: %w", path, err))
 	}
 
-	if opts.CommitDelay == 0 {
+	switch {
+	case opts.CommitDelay == 0:
 		opts.CommitDelay = DefaultCommitDelay
+	case opts.CommitDelay > MaxCommitDelay:
+		opts.CommitDelay = MaxCommitDelay
 	}
 	d.w = newWriter(conn, log, opts.directWrites, opts.CommitDelay, newCheckpointer(d.cdb, log, pageSize))
 	d.startSearchIndexer(opts.NoSearchIndexer)

@@ -731,3 +731,30 @@ func TestWALTruncation(t *testing.T) {
 	require.NoError(t, err)
 	require.Less(t, fi.Size(), int64(64<<10), "the WAL started over")
 }
+
+// TestCommitDelayUnderLoad: with the longest commit delay, concurrent
+// writers in a steady trickle all commit, each within the delay of its
+// batch, and no write is lost.
+func TestCommitDelayUnderLoad(t *testing.T) {
+	t.Parallel()
+	d := open(t, clock.NewFake(t0), func(o *Options) { o.CommitDelay = time.Hour })
+	require.Equal(t, MaxCommitDelay, d.w.delay, "capped")
+	ctx := t.Context()
+	var wg sync.WaitGroup
+	for w := range 3 {
+		wg.Go(func() {
+			for i := range 40 {
+				require.NoError(t, d.SaveCheckpoint(ctx, fmt.Sprintf("bot%d-%d", w, i), t0))
+			}
+		})
+	}
+	wg.Wait()
+	require.Greater(t, d.w.batches.Load(), int64(0))
+	for w := range 3 {
+		for i := range 40 {
+			_, ok, err := d.LoadCheckpoint(ctx, fmt.Sprintf("bot%d-%d", w, i))
+			require.NoError(t, err)
+			require.True(t, ok)
+		}
+	}
+}

@@ -133,7 +133,7 @@ func TestFlagCacheSubjectProbe(t *testing.T) {
 	_, ok, err = c.GetFlag(ctx, "s2", "u1", "pause")
 	require.NoError(t, err)
 	require.False(t, ok)
-	require.NoError(t, inner.Flags.SetFlag(ctx, gate.Flag{SessionKey: "s2", Subject: "u1", Name: "pause"}))
+	require.NoError(t, inner.SetFlag(ctx, gate.Flag{SessionKey: "s2", Subject: "u1", Name: "pause"}))
 	clk.Advance(time.Minute)
 	_, ok, err = c.GetFlag(ctx, "s2", "u1", "pause")
 	require.NoError(t, err)

@@ -295,9 +295,8 @@ func TestSearchIndexBackground(t *testing.T) {
 	t.Parallel()
 	d := open(t, clock.NewFake(t0))
 	g := channel.Chat{Kind: channel.Group, ID: "g1"}
-	var keys []string
 	for i := range 3 {
-		keys = append(keys, appendMsg(t, d, msgEvent(g, fmt.Sprint(i), "u1", "A", fmt.Sprintf("background %d", i), t0)))
+		appendMsg(t, d, msgEvent(g, fmt.Sprint(i), "u1", "A", fmt.Sprintf("background %d", i), t0))
 	}
 	// No search runs: the background indexer alone empties the backlog.
 	require.Eventually(t, func() bool { return readSearchState(t, d).queued == 0 }, 20*time.Second, 5*time.Millisecond)

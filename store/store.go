@@ -251,7 +251,7 @@ PRAGMA automatic_index = OFF`); err != nil {
 	if opts.CommitDelay == 0 {
 		opts.CommitDelay = DefaultCommitDelay
 	}
-	d.w = newWriter(conn, log, opts.directWrites, opts.CommitDelay, newCheckpointer(d.cdb, log, pageSize))
+	d.w = newWriter(conn, log, opts.directWrites, opts.CommitDelay, newCheckpointer(d.cdb, log, pageSize), nil)
 	d.startSearchIndexer(opts.NoSearchIndexer)
 	if err := d.reload(ctx); err != nil {
 		_ = d.Close()

@@ -131,6 +131,9 @@ type DB struct {
 	w    *writer
 	// events caches decoded transcript payloads for Recent.
 	events *eventCache
+	// hist caches the sessions' recent transcript for Recent (see
+	// histcache.go).
+	hist *histCache
 	// sched is the claim index of the live queue items (see sched.go).
 	sched *sched
 	// ix indexes history rows for search in the background.
@@ -159,7 +162,8 @@ func Open(path string, opts Options) (*DB, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	d := &DB{path: abs, clk: clock.OrReal(opts.Clock), log: log, events: newEventCache(), sched: newSched()}
+	d := &DB{path: abs, clk: clock.OrReal(opts.Clock), log: log, events: newEventCache(), hist: newHistCache(),
+		sched: newSched()}
 
 	busy := strconv.FormatInt(opts.BusyTimeout.Milliseconds(), 10)
 	wq := url.Values{}
@@ -251,7 +255,8 @@ PRAGMA automatic_index = OFF`); err != nil {
 	if opts.CommitDelay == 0 {
 		opts.CommitDelay = DefaultCommitDelay
 	}
-	d.w = newWriter(conn, log, opts.directWrites, opts.CommitDelay, newCheckpointer(d.cdb, log, pageSize), nil)
+	d.w = newWriter(conn, log, opts.directWrites, opts.CommitDelay, newCheckpointer(d.cdb, log, pageSize),
+		d.hist)
 	d.startSearchIndexer(opts.NoSearchIndexer)
 	if err := d.reload(ctx); err != nil {
 		_ = d.Close()
@@ -279,6 +284,7 @@ func (d *DB) Close() error {
 	if !d.w.close() {
 		return nil
 	}
+	d.hist.close()
 	return errors.Join(d.rdb.Close(), d.cdb.Close(), d.wdb.Close())
 }
 

@@ -96,4 +96,14 @@
 // write that returned before them. A lock held by another process is waited
 // for up to Options.BusyTimeout. Close waits for the batch in progress;
 // afterwards every method returns [ErrClosed].
+//
+// Besides the claim index, a DB keeps in memory the newest transcript
+// entries of the sessions [DB.Recent] read lately (up to 512 per session,
+// 32,768 in all, the least recently read sessions dropped first), so that
+// the history read of every turn seldom reaches SQL. The cache is filled by
+// Recent's own SQL reads and kept exact by this DB's writes, applied after
+// they commit. Like the claim index, it does not see rows written to the
+// file by another DB handle or process (one process owns a store file), nor
+// rowids renumbered by a VACUUM run from outside: reopen the DB after
+// either.
 package store

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"database/sql"
 	"encoding/json"
 	"fmt"
 	"time"
@@ -25,6 +26,11 @@ type eventRow struct {
 	// when it is not empty. searchSID is its index partition.
 	searchTokens string
 	searchSID    int64
+
+	// rowid and recalled are the row's rowid and recall time after the
+	// upsert (outputs of upsertEvent, for the history cache).
+	rowid    int64
+	recalled sql.NullInt64
 }
 
 // newEventRow encodes ev for the message_events row with the given key.
@@ -58,16 +64,18 @@ ON CONFLICT (id) DO UPDATE SET
     seq = excluded.seq, sender_id = excluded.sender_id, sender_name = excluded.sender_name,
     event_time = excluded.event_time, text = excluded.text, payload = excluded.payload,
     direction = excluded.direction, recalled_at = COALESCE(excluded.recalled_at, recalled_at),
-    search_tokens = excluded.search_tokens, search_sid = excluded.search_sid`
+    search_tokens = excluded.search_tokens, search_sid = excluded.search_sid
+RETURNING rowid, recalled_at`
 
 // upsertEvent writes the transcript row, keeping created_at (and recalled_at
 // unless a new one is given) of an existing row. It does not index the row
 // for search: the triggers queue it (see migrations/0004_search_async.sql),
 // and the caller kicks the search indexer (DB.kickSearchIndex) once the
-// write returned when r.searchTokens is not empty.
+// write returned when r.searchTokens is not empty. It sets r.rowid and
+// r.recalled to the row's rowid and resulting recall time.
 func upsertEvent(tx wtx, r *eventRow, now int64) error {
-	_, err := tx.exec(sqlUpsertEvent, r.id, r.session, r.platform, r.botID, r.chatKind, r.chatID, r.messageID,
+	r.rowid, r.recalled = 0, sql.NullInt64{}
+	return tx.queryRow(sqlUpsertEvent, r.id, r.session, r.platform, r.botID, r.chatKind, r.chatID, r.messageID,
 		r.seq, r.senderID, r.senderName, r.eventTime, r.text, r.payload, string(r.direction), r.recalledAt, now,
-		r.searchTokens, r.searchSID)
-	return err
+		r.searchTokens, r.searchSID).Scan(&r.rowid, &r.recalled)
 }

@@ -48,8 +48,15 @@ func (d *DB) Append(ctx context.Context, e memory.Entry) error {
 	if err != nil {
 		return err
 	}
-	if err := d.write(ctx, func(tx wtx) error { return upsertEvent(tx, &r, now) }); err != nil {
+	// The event as Recent would decode it from the row, for the caches.
+	held, herr := storedEvent(&e.Event)
+	err = d.writeThen(ctx, func(tx wtx) error { return upsertEvent(tx, &r, now) },
+		func() { d.hist.upsert(histEntryOf(&r, &held), herr == nil) })
+	if err != nil {
 		return fmt.Errorf("store: append %s: %w", e.Key, err)
+	}
+	if herr == nil {
+		d.events.put(e.Key, r.payload, held)
 	}
 	if r.searchTokens != "" {
 		d.kickSearchIndex()
@@ -61,16 +68,40 @@ func (d *DB) Append(ctx context.Context, e memory.Entry) error {
 // (session_key, event_time) index (reversed in Go: no sort, so no temporary
 // B-tree).
 const sqlRecent = `
-SELECT id, direction, payload, recalled_at FROM message_events WHERE session_key = ?
+SELECT id, direction, payload, recalled_at, event_time, rowid FROM message_events WHERE session_key = ?
 ORDER BY event_time DESC, rowid DESC LIMIT ?`
 
 // Recent implements memory.History: the newest limit entries of the session,
 // returned oldest first (by event time, then insertion order). limit ≤ 0
 // returns nothing.
+//
+// It is answered from the history cache (histcache.go) when that holds the
+// session's newest limit entries, or all of them; otherwise it reads SQL
+// (at least histMinRead rows) and caches what it read. The returned slice is
+// the caller's; the events in it are shared and must not be modified.
 func (d *DB) Recent(ctx context.Context, sessionKey string, limit int) ([]memory.Entry, error) {
 	if limit <= 0 {
 		return nil, nil
 	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("store: recent %s: %w", sessionKey, err)
+	}
+	out, t, ok := d.hist.get(sessionKey, limit)
+	if ok {
+		return out, nil
+	}
+	n := max(limit, histMinRead)
+	rows, err := d.recentRows(ctx, sessionKey, n)
+	if err != nil {
+		return nil, err
+	}
+	d.hist.install(sessionKey, t, rows, len(rows) < n)
+	return entries(rows[max(0, len(rows)-limit):]), nil
+}
+
+// recentRows reads the newest limit rows of the session from SQL, oldest
+// first.
+func (d *DB) recentRows(ctx context.Context, sessionKey string, limit int) ([]histEntry, error) {
 	stmt, err := d.events.recentStmt(ctx, d.rdb)
 	if err != nil {
 		return nil, fmt.Errorf("store: recent %s: %w", sessionKey, err)
@@ -81,14 +112,15 @@ func (d *DB) Recent(ctx context.Context, sessionKey string, limit int) ([]memory
 	}
 	defer func() { _ = rows.Close() }()
 	var (
-		out      = make([]memory.Entry, 0, min(limit, 32)) // most sessions are short
+		out      = make([]histEntry, 0, min(limit, 32)) // most sessions are short
 		dir      sql.RawBytes
 		payload  sql.RawBytes // only valid until Next: decode copies what it keeps
 		recalled sql.NullInt64
 	)
 	for rows.Next() {
-		e := memory.Entry{SessionKey: sessionKey}
-		if err := rows.Scan(&e.Key, &dir, &payload, &recalled); err != nil {
+		he := histEntry{e: memory.Entry{SessionKey: sessionKey}}
+		e := &he.e
+		if err := rows.Scan(&e.Key, &dir, &payload, &recalled, &he.t, &he.rowid); err != nil {
 			return nil, fmt.Errorf("store: recent %s: %w", sessionKey, err)
 		}
 		e.Direction = direction(dir)
@@ -98,7 +130,7 @@ func (d *DB) Recent(ctx context.Context, sessionKey string, limit int) ([]memory
 			return nil, fmt.Errorf("store: recent %s: decode %s: %w", sessionKey, e.Key, err)
 		}
 		e.Event = ev
-		out = append(out, e)
+		out = append(out, he)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("store: recent %s: %w", sessionKey, err)
@@ -128,10 +160,11 @@ func (d *DB) MarkRecalled(ctx context.Context, key string, at time.Time) error {
 	if at.IsZero() {
 		at = d.clk.Now()
 	}
-	err := d.write(ctx, func(tx wtx) error {
+	at = fromMs(ms(at)) // as it reads back
+	err := d.writeThen(ctx, func(tx wtx) error {
 		_, err := tx.exec(`UPDATE message_events SET recalled_at = ?2 WHERE id = ?1`, key, ms(at))
 		return err
-	})
+	}, func() { d.hist.recalled(key, at) })
 	if err != nil {
 		return fmt.Errorf("store: mark recalled %s: %w", key, err)
 	}

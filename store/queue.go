@@ -95,8 +95,14 @@ func (d *DB) Enqueue(ctx context.Context, it inbound.Item) (bool, error) {
 	if err != nil {
 		return false, err
 	}
+	// The event as a claim (and Recent) would decode it from the row, kept
+	// so neither has to.
+	var held *channel.Event
+	if ev, err := storedEvent(&it.Event); err == nil {
+		held = &ev
+	}
 	var enqueued bool
-	err = d.write(ctx, func(tx wtx) error {
+	err = d.writeThen(ctx, func(tx wtx) error {
 		enqueued = false
 		if err := upsertEvent(tx, &r.ev, now); err != nil {
 			return err
@@ -112,16 +118,12 @@ func (d *DB) Enqueue(ctx context.Context, it inbound.Item) (bool, error) {
 		}
 		_, err = tx.exec(sqlRaisePriority, it.ID, r.priority, now, r.history)
 		return err
-	})
+	}, func() { d.hist.upsert(histEntryOf(&r.ev, held), held != nil) })
 	if err != nil {
 		return false, fmt.Errorf("store: enqueue %s: %w", it.ID, err)
 	}
-	// The event as a claim (and Recent) would decode it from the row, kept
-	// so neither has to.
-	var held *channel.Event
-	if ev, err := storedEvent(&it.Event); err == nil {
-		held = &ev
-		d.events.put(it.ID, r.ev.payload, ev)
+	if held != nil {
+		d.events.put(it.ID, r.ev.payload, *held)
 	}
 	if enqueued {
 		d.sched.add(&schedItem{
@@ -203,8 +205,9 @@ func (d *DB) Record(ctx context.Context, it inbound.Item, o inbound.Outcome) (bo
 	if err != nil {
 		return false, fmt.Errorf("store: record %s: %w", it.ID, err)
 	}
+	held, herr := storedEvent(&it.Event)
 	var inserted bool
-	err = d.write(ctx, func(tx wtx) error {
+	err = d.writeThen(ctx, func(tx wtx) error {
 		inserted = false
 		res, err := tx.exec(sqlInsertDone, it.ID, it.SessionKey, r.chatKind, r.ev.senderID, r.ev.messageID,
 			r.ev.eventTime, r.ev.seq, r.source, r.history, r.priority, r.avail, now,
@@ -218,9 +221,16 @@ func (d *DB) Record(ctx context.Context, it inbound.Item, o inbound.Outcome) (bo
 		}
 		inserted = true
 		return upsertEvent(tx, &r.ev, now)
+	}, func() {
+		if inserted {
+			d.hist.upsert(histEntryOf(&r.ev, &held), herr == nil)
+		}
 	})
 	if err != nil {
 		return false, fmt.Errorf("store: record %s: %w", it.ID, err)
+	}
+	if inserted && herr == nil {
+		d.events.put(it.ID, r.ev.payload, held)
 	}
 	if inserted && r.ev.searchTokens != "" {
 		d.kickSearchIndex()

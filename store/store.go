@@ -133,6 +133,9 @@ type DB struct {
 	w    *writer
 	// events caches decoded transcript payloads for Recent.
 	events *eventCache
+	// hist caches the sessions' recent transcript for Recent (see
+	// histcache.go).
+	hist *histCache
 	// sched is the claim index of the live queue items (see sched.go).
 	sched *sched
 	// ix indexes history rows for search in the background.
@@ -161,7 +164,8 @@ func Open(path string, opts Options) (*DB, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	d := &DB{path: abs, clk: clock.OrReal(opts.Clock), log: log, events: newEventCache(), sched: newSched()}
+	d := &DB{path: abs, clk: clock.OrReal(opts.Clock), log: log, events: newEventCache(), hist: newHistCache(),
+		sched: newSched()}
 
 	busy := strconv.FormatInt(opts.BusyTimeout.Milliseconds(), 10)
 	wq := url.Values{}
@@ -256,7 +260,8 @@ PRAGMA automatic_index = OFF`); err != nil {
 	case opts.CommitDelay > MaxCommitDelay:
 		opts.CommitDelay = MaxCommitDelay
 	}
-	d.w = newWriter(conn, log, opts.directWrites, opts.CommitDelay, newCheckpointer(d.cdb, log, pageSize))
+	d.w = newWriter(conn, log, opts.directWrites, opts.CommitDelay, newCheckpointer(d.cdb, log, pageSize),
+		d.hist)
 	d.startSearchIndexer(opts.NoSearchIndexer)
 	if err := d.reload(ctx); err != nil {
 		_ = d.Close()
@@ -284,6 +289,7 @@ func (d *DB) Close() error {
 	if !d.w.close() {
 		return nil
 	}
+	d.hist.close()
 	return errors.Join(d.rdb.Close(), d.cdb.Close(), d.wdb.Close())
 }
 

@@ -26,6 +26,24 @@ type writeOp struct {
 	ctx  context.Context
 	fn   writeFunc
 	done chan error
+	// after, when set, runs on the writer's goroutine once the transaction
+	// holding the operation committed and the operation succeeded, before
+	// its caller returns. The hooks of one batch run in batch order, and
+	// batches one after the other, so they see the writes in commit order.
+	// after reads the outputs fn set on its last run; it must be quick and
+	// must not call back into the writer.
+	after func()
+}
+
+// commitFence is told when a batch with post-commit hooks (writeOp.after)
+// starts to commit and when its hooks have run (failed reports a COMMIT
+// that returned an error: the transaction may or may not have committed).
+// Between the two, a reader may see the batch's writes in SQL before the
+// hooks have applied them; the history cache waits for end before it
+// installs what it read (see histCache.install).
+type commitFence interface {
+	begin()
+	end(failed bool)
 }
 
 // writer owns the single write connection. In group-commit mode (the
@@ -42,6 +60,7 @@ type writer struct {
 	direct bool
 	delay  time.Duration // how long a busy writer waits to fill a small batch
 	ckpt   *checkpointer
+	fence  commitFence // may be nil
 
 	// stmts caches prepared statements on conn by SQL text. Only the
 	// goroutine that owns conn (the loop, or the holder of directMu in
@@ -60,8 +79,10 @@ type writer struct {
 	directMu sync.Mutex
 }
 
-func newWriter(conn *sql.Conn, log *slog.Logger, direct bool, delay time.Duration, ckpt *checkpointer) *writer {
+func newWriter(conn *sql.Conn, log *slog.Logger, direct bool, delay time.Duration, ckpt *checkpointer,
+	fence commitFence) *writer {
 	w := &writer{
+		fence:   fence,
 		delay:   delay,
 		conn:    conn,
 		ckpt:    ckpt,
@@ -107,6 +128,13 @@ func (w *writer) close() bool {
 // failed). A context that ends before fn starts cancels it; once started, fn
 // runs to the end of its transaction regardless of ctx.
 func (d *DB) write(ctx context.Context, fn writeFunc) error {
+	return d.writeThen(ctx, fn, nil)
+}
+
+// writeThen is write with a post-commit hook: after (when not nil) runs on
+// the writer's goroutine once fn's transaction committed with fn
+// successful, in commit order with every other hook (see writeOp.after).
+func (d *DB) writeThen(ctx context.Context, fn writeFunc, after func()) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -117,11 +145,11 @@ func (d *DB) write(ctx context.Context, fn writeFunc) error {
 		if w.stmts == nil {
 			return ErrClosed
 		}
-		op := &writeOp{ctx: ctx, fn: fn, done: make(chan error, 1)}
+		op := &writeOp{ctx: ctx, fn: fn, done: make(chan error, 1), after: after}
 		w.run([]*writeOp{op})
 		return <-op.done
 	}
-	op := &writeOp{ctx: ctx, fn: fn, done: make(chan error, 1)}
+	op := &writeOp{ctx: ctx, fn: fn, done: make(chan error, 1), after: after}
 	select {
 	case w.ops <- op:
 	case <-w.quit:
@@ -323,10 +351,27 @@ func (w *writer) attempt(ops []*writeOp, errs []error, skip []bool, guard bool) 
 		}
 		return false
 	}
+	hooked := false
+	for i, op := range ops {
+		if op.after != nil && !skip[i] && errs[i] == nil {
+			hooked = true
+			break
+		}
+	}
+	fence := w.fence
+	if !hooked {
+		fence = nil
+	}
+	if fence != nil {
+		fence.begin()
+	}
 	_, err := tx.exec("COMMIT")
 	w.ckpt.notify()
 	if err != nil {
 		w.rollback(tx)
+		if fence != nil {
+			fence.end(true)
+		}
 		cerr := fmt.Errorf("store: commit: %w", err)
 		w.log.Error("store: commit failed", "err", err, "ops", live)
 		for i := range ops {
@@ -334,8 +379,34 @@ func (w *writer) attempt(ops []*writeOp, errs []error, skip []bool, guard bool) 
 				errs[i] = cerr
 			}
 		}
+		return false
+	}
+	if hooked {
+		failed := false
+		for i, op := range ops {
+			if op.after != nil && !skip[i] && errs[i] == nil && !w.callAfter(op.after) {
+				failed = true
+			}
+		}
+		if fence != nil {
+			fence.end(failed)
+		}
 	}
 	return false
+}
+
+// callAfter runs a post-commit hook, reporting false when it panicked (the
+// writer goroutine must survive; the fence then treats the batch as
+// unknown).
+func (w *writer) callAfter(after func()) (ok bool) {
+	defer func() {
+		if r := recover(); r != nil {
+			w.log.Error("store: post-commit hook panicked", "panic", r)
+			ok = false
+		}
+	}()
+	after()
+	return true
 }
 
 // rollback ends the current transaction, if SQLite has not already.

@@ -1,0 +1,371 @@
+package store
+
+import (
+	"hash/maphash"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/personakit/persona/channel"
+	"github.com/personakit/persona/memory"
+)
+
+// Bounds of the history cache (the defaults of its fields).
+const (
+	// histWindowMax caps the entries cached per session. A Recent with a
+	// larger limit is served from the cache only when the session has no
+	// more rows than that.
+	histWindowMax = 512
+	// histEntriesMax and histSessionsMax cap the whole cache; beyond them
+	// the least recently read sessions are dropped.
+	histEntriesMax  = 1 << 15
+	histSessionsMax = 4096
+	// histMinRead is the fewest rows a cache miss reads, so that a small
+	// first read of a session still installs a useful window.
+	histMinRead = 32
+	// histSlots is the size of the change table the install guard checks.
+	histSlots = 4096
+)
+
+// histCache keeps the newest transcript entries of recently read sessions,
+// so that Recent, which every direct turn calls, is answered from memory.
+// message_events stays the truth: the cache is filled from what Recent reads
+// and kept in step by this DB's own writes to the table, applied by
+// post-commit hooks on the writer goroutine (writeOp.after), so in commit
+// order and only once committed. Writes to the file by another DB handle or
+// process are not seen (one process owns a store file, as for the claim
+// index, see sched.go); neither is a VACUUM run from outside, which may
+// renumber rowids.
+//
+// A cached session holds a window: its rows from some row on up to the
+// newest, in (event_time, rowid) order, as Recent sorts them; complete
+// means the window is the whole session. A write whose row falls below an
+// incomplete window is not cached (the window stays "everything from its
+// first row on"); a window that falls empty without being complete is
+// dropped.
+//
+// The window slices are shared with readers, who copy from them after
+// unlocking: a window's backing array is only ever written beyond the end
+// of every slice taken from it (appending a row newer than all), and every
+// other change (an update, a removal, an insertion in the middle) builds a
+// new array. Events are shared with the decoded-event cache and with the
+// callers of Recent, read-only.
+type histCache struct {
+	// The bounds: histWindowMax, histEntriesMax and histSessionsMax unless
+	// a test lowers them before first use.
+	winMax, entriesMax, sessionsMax int
+
+	mu       sync.Mutex
+	closed   bool
+	hits     int // Recent calls answered from the cache (for tests)
+	sessions map[string]*histSession
+	keys     map[string]*histSession // key → the session whose window holds it
+	total    int                     // entries in all windows
+	lru      histSession             // sentinel: lru.next is the most recently read
+
+	// The install guard. seq counts the applied writes; slot[h] is the seq
+	// of the last write that touched a session or key hashing to h (the
+	// table is small and lossy: a collision only refuses an install).
+	// resetSeq is the seq of the last reset. started and done count the
+	// batches with hooks that began to commit and whose hooks have run;
+	// fenced is signalled when done moves.
+	seq      uint64
+	resetSeq uint64
+	slot     [histSlots]uint64
+	seed     maphash.Seed
+	started  uint64
+	done     uint64
+	fenced   sync.Cond
+}
+
+type histSession struct {
+	key        string
+	win        []histEntry
+	complete   bool
+	prev, next *histSession
+}
+
+// histEntry is a cached row: the entry and its sort position.
+type histEntry struct {
+	t, rowid int64
+	e        memory.Entry
+}
+
+// before reports whether a sorts before b in Recent's order.
+func (a *histEntry) before(b *histEntry) bool {
+	return a.t < b.t || (a.t == b.t && a.rowid < b.rowid)
+}
+
+func newHistCache() *histCache {
+	c := &histCache{
+		winMax: histWindowMax, entriesMax: histEntriesMax, sessionsMax: histSessionsMax,
+		sessions: make(map[string]*histSession),
+		keys:     make(map[string]*histSession),
+		seed:     maphash.MakeSeed(),
+	}
+	c.lru.prev, c.lru.next = &c.lru, &c.lru
+	c.fenced.L = &c.mu
+	return c
+}
+
+// histTicket is what a cache miss remembers for the install.
+type histTicket struct{ seq uint64 }
+
+// get returns the newest limit entries of the session, oldest first, in a
+// fresh slice, when the cache can answer; otherwise it returns a ticket for
+// installing what the caller then reads from SQL.
+func (c *histCache) get(session string, limit int) ([]memory.Entry, histTicket, bool) {
+	c.mu.Lock()
+	s := c.sessions[session]
+	if s == nil || c.closed || (!s.complete && len(s.win) < limit) {
+		t := histTicket{seq: c.seq}
+		c.mu.Unlock()
+		return nil, t, false
+	}
+	w := s.win[max(0, len(s.win)-limit):]
+	c.hits++
+	c.touch(s)
+	c.mu.Unlock()
+	return entries(w), histTicket{}, true
+}
+
+// entries copies the entries of w into a fresh slice.
+func entries(w []histEntry) []memory.Entry {
+	out := make([]memory.Entry, len(w))
+	for i := range w {
+		out[i] = w[i].e
+	}
+	return out
+}
+
+func (c *histCache) hash(s string) int { return int(maphash.String(c.seed, s) % histSlots) }
+
+// install caches rows (a session's newest rows in order, all of them when
+// complete) read after get returned t, unless a write that may change them
+// was applied since, or is committed but not applied yet: it waits for a
+// batch that is between its COMMIT and the end of its hooks.
+func (c *histCache) install(session string, t histTicket, rows []histEntry, complete bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	// A batch that began to commit before now may be visible to the read
+	// and not applied yet.
+	for target := c.started; c.done < target && !c.closed; {
+		c.fenced.Wait()
+	}
+	if c.closed || c.resetSeq > t.seq || c.slot[c.hash(session)] > t.seq {
+		return
+	}
+	for i := range rows {
+		if c.slot[c.hash(rows[i].e.Key)] > t.seq {
+			return
+		}
+	}
+	if len(rows) > c.winMax {
+		rows, complete = rows[len(rows)-c.winMax:], false
+	}
+	if len(rows) == 0 && !complete {
+		return
+	}
+	s := c.sessions[session]
+	if s != nil {
+		if s.complete || len(s.win) >= len(rows) {
+			return // as good already (nothing changed since the read)
+		}
+		c.forget(s.win)
+	} else {
+		s = &histSession{key: session}
+		c.sessions[session] = s
+		c.link(s)
+	}
+	s.win, s.complete = rows, complete
+	for i := range rows {
+		k := rows[i].e.Key
+		if o := c.keys[k]; o != nil && o != s {
+			// Moved here by a write that is already applied in SQL but
+			// whose hook has not reached o: impossible after the fence,
+			// kept for safety.
+			c.removeKey(o, k)
+		}
+		c.keys[k] = s
+	}
+	c.total += len(rows)
+	c.touch(s)
+	c.evict()
+}
+
+// upsert applies a committed upsert of a row: key now belongs to session
+// with this position and entry. ok false means the entry is unknown (its
+// event could not be prepared): the sessions concerned are dropped.
+func (c *histCache) upsert(he histEntry, ok bool) {
+	key, session := he.e.Key, he.e.SessionKey
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.bump(session)
+	c.bump(key)
+	if o := c.keys[key]; o != nil {
+		if !ok {
+			c.drop(o)
+		} else {
+			c.removeKey(o, key)
+		}
+	}
+	s := c.sessions[session]
+	if s == nil {
+		return
+	}
+	if !ok {
+		c.drop(s)
+		return
+	}
+	n := len(s.win)
+	switch {
+	case n == 0 || s.win[n-1].before(&he):
+		s.win = append(s.win, he) // in place: beyond every reader's slice
+	case !s.complete && he.before(&s.win[0]):
+		return // below the window
+	default:
+		i, _ := slices.BinarySearchFunc(s.win, &he, func(x histEntry, y *histEntry) int {
+			if x.before(y) {
+				return -1
+			}
+			return 1
+		})
+		s.win = slices.Insert(slices.Clip(s.win), i, he) // a new array
+	}
+	c.keys[key] = s
+	c.total++
+	if over := len(s.win) - c.winMax; over > 0 {
+		c.forget(s.win[:over])
+		s.win, s.complete = s.win[over:], false
+	}
+	c.evict()
+}
+
+// recalled applies a committed recall mark.
+func (c *histCache) recalled(key string, at time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.bump(key)
+	s := c.keys[key]
+	if s == nil {
+		return
+	}
+	i := slices.IndexFunc(s.win, func(x histEntry) bool { return x.e.Key == key })
+	if i < 0 {
+		c.drop(s) // cannot happen: the index is out of step
+		return
+	}
+	w := slices.Clone(s.win)
+	w[i].e.RecalledAt = at
+	s.win = w
+}
+
+// bump records a write touching the session or key s.
+func (c *histCache) bump(s string) {
+	c.seq++
+	c.slot[c.hash(s)] = c.seq
+}
+
+// removeKey takes key out of s's window.
+func (c *histCache) removeKey(s *histSession, key string) {
+	delete(c.keys, key)
+	i := slices.IndexFunc(s.win, func(x histEntry) bool { return x.e.Key == key })
+	if i < 0 {
+		c.drop(s)
+		return
+	}
+	c.total--
+	s.win = slices.Delete(slices.Clone(s.win), i, i+1)
+	if len(s.win) == 0 && !s.complete {
+		c.drop(s)
+	}
+}
+
+// forget unindexes the keys of w.
+func (c *histCache) forget(w []histEntry) {
+	for i := range w {
+		delete(c.keys, w[i].e.Key)
+	}
+	c.total -= len(w)
+}
+
+// drop uncaches a session.
+func (c *histCache) drop(s *histSession) {
+	if c.sessions[s.key] != s {
+		return
+	}
+	c.forget(s.win)
+	s.win = nil
+	delete(c.sessions, s.key)
+	s.prev.next, s.next.prev = s.next, s.prev
+	s.prev, s.next = nil, nil
+}
+
+func (c *histCache) link(s *histSession) {
+	s.prev, s.next = &c.lru, c.lru.next
+	s.prev.next, s.next.prev = s, s
+}
+
+// touch makes s the most recently read session.
+func (c *histCache) touch(s *histSession) {
+	if c.lru.next == s {
+		return
+	}
+	s.prev.next, s.next.prev = s.next, s.prev
+	c.link(s)
+}
+
+// evict drops the least recently read sessions while the cache is over
+// its bounds.
+func (c *histCache) evict() {
+	for (c.total > c.entriesMax || len(c.sessions) > c.sessionsMax) && c.lru.prev != &c.lru {
+		c.drop(c.lru.prev)
+	}
+}
+
+// reset empties the cache and refuses the installs of reads begun before.
+func (c *histCache) reset() {
+	c.seq++
+	c.resetSeq = c.seq
+	clear(c.sessions)
+	clear(c.keys)
+	c.total = 0
+	c.lru.prev, c.lru.next = &c.lru, &c.lru
+}
+
+// close empties the cache for good: Recent then always reads SQL (and
+// fails with the closed DB).
+func (c *histCache) close() {
+	c.mu.Lock()
+	c.closed = true
+	c.reset()
+	c.fenced.Broadcast()
+	c.mu.Unlock()
+}
+
+// begin and end implement commitFence for the writer.
+func (c *histCache) begin() {
+	c.mu.Lock()
+	c.started++
+	c.mu.Unlock()
+}
+
+func (c *histCache) end(failed bool) {
+	c.mu.Lock()
+	c.done++
+	if failed {
+		c.reset()
+	}
+	c.fenced.Broadcast()
+	c.mu.Unlock()
+}
+
+// histEntryOf builds the cache entry of a committed upsert.
+func histEntryOf(r *eventRow, ev *channel.Event) histEntry {
+	he := histEntry{t: r.eventTime, rowid: r.rowid, e: memory.Entry{
+		Key: r.id, SessionKey: r.session, Direction: r.direction, RecalledAt: fromNullMs(r.recalled)}}
+	if ev != nil {
+		he.e.Event = *ev
+	}
+	return he
+}

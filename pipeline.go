@@ -481,6 +481,9 @@ func (p *Pipeline) dispatch(ctx context.Context) {
 					p.release(l)
 					continue
 				}
+				if !p.freshen(ctx, &l) {
+					continue
+				}
 				p.runTurn(ctx, l, &wg)
 			}
 		})
@@ -526,6 +529,25 @@ func (p *Pipeline) dispatch(ctx context.Context) {
 		}
 		t.Stop()
 	}
+}
+
+// freshen renews a lease that waited in the claim-ahead buffer for more
+// than half its length (every worker was busy with long turns), so the
+// turn never starts on a lease about to expire, which another claim could
+// take over. It reports false when the lease is already lost.
+func (p *Pipeline) freshen(ctx context.Context, l *inbound.Lease) bool {
+	if l.Until.Sub(p.clk.Now()) > p.opt.Lease/2 {
+		return true
+	}
+	err := p.opt.Queue.Extend(ctx, l, p.opt.Lease)
+	switch {
+	case errors.Is(err, inbound.ErrLeaseLost):
+		p.log.Warn("lease lost while waiting for a worker", "id", l.ID)
+		return false
+	case err != nil:
+		p.log.Warn("lease renewal failed", "id", l.ID, "err", err)
+	}
+	return true
 }
 
 // release gives back a lease claimed ahead that no turn will run.

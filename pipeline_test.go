@@ -504,3 +504,52 @@ func TestNewValidatesOptions(t *testing.T) {
 	require.ErrorContains(t, err, "RenewEvery")
 	_ = fmt.Sprint()
 }
+
+// TestClaimedAheadLeaseIsRenewed: a lease that waited in the claim-ahead
+// buffer past its expiry (the only worker was stuck in a long turn) is
+// renewed before its turn starts, and the message is answered once.
+func TestClaimedAheadLeaseIsRenewed(t *testing.T) {
+	t.Parallel()
+	started, unblock := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	model := agenttest.New()
+	model.Otherwise(agenttest.Func(func(ctx context.Context, req agent.Request) (*agent.Response, error) {
+		if req.Purpose == agent.PurposeChat {
+			first := false
+			once.Do(func() { first = true })
+			if first {
+				close(started)
+				select {
+				case <-unblock:
+				case <-ctx.Done():
+					return nil, ctx.Err()
+				}
+			}
+		}
+		return &agent.Response{Text: "noted"}, nil
+	}))
+	h := newHarness(t, model, func(o *persona.Options) { o.Workers = 1 })
+	u1 := channel.Sender{ID: "u1", Name: "One"}
+	u2 := channel.Sender{ID: "u2", Name: "Two"}
+	a := h.say(channel.Chat{Kind: channel.Private, ID: "u1"}, u1, "first")
+	<-started
+	b := h.say(channel.Chat{Kind: channel.Private, ID: "u2"}, u2, "second")
+	require.Eventually(t, func() bool {
+		r, err := h.db.Lookup(t.Context(), b.Key())
+		return err == nil && r.Status == inbound.StatusLeased
+	}, 10*time.Second, time.Millisecond, "b is claimed ahead")
+	h.clk.Advance(inbound.DefaultLease + time.Minute) // b's lease expires in the buffer
+	close(unblock)
+	require.Equal(t, outcome.Replied, h.outcome(a).Code)
+	require.Equal(t, outcome.Replied, h.outcome(b).Code)
+	toU2 := 0
+	for _, s := range h.ch.Sent() {
+		if s.Out.Chat.ID == "u2" {
+			toU2++
+		}
+	}
+	require.Equal(t, 1, toU2, "one reply to b")
+	r, err := h.db.Lookup(t.Context(), b.Key())
+	require.NoError(t, err)
+	require.Equal(t, 1, r.Attempts, "b ran once, on its renewed lease")
+}

@@ -531,12 +531,14 @@ func (p *Pipeline) dispatch(ctx context.Context) {
 	}
 }
 
-// freshen renews a lease that waited in the claim-ahead buffer for more
-// than half its length (every worker was busy with long turns), so the
-// turn never starts on a lease about to expire, which another claim could
-// take over. It reports false when the lease is already lost.
+// freshen renews a lease that waited in the claim-ahead buffer (every
+// worker was busy with long turns) unless it has more than half its length
+// left and more than 1.5 × RenewEvery, so the turn never starts on a lease
+// that could expire before its first heartbeat renews it (another claim
+// could then take it over). It reports false when the lease is already
+// lost.
 func (p *Pipeline) freshen(ctx context.Context, l *inbound.Lease) bool {
-	if l.Until.Sub(p.clk.Now()) > p.opt.Lease/2 {
+	if l.Until.Sub(p.clk.Now()) > max(p.opt.Lease/2, p.opt.RenewEvery*3/2) {
 		return true
 	}
 	err := p.opt.Queue.Extend(ctx, l, p.opt.Lease)

@@ -118,20 +118,23 @@ func (d *DB) Enqueue(ctx context.Context, it inbound.Item) (bool, error) {
 		}
 		_, err = tx.exec(sqlRaisePriority, it.ID, r.priority, now, r.history)
 		return err
-	}, func() { d.hist.upsert(histEntryOf(&r.ev, held), held != nil) })
+	}, func() {
+		d.hist.upsert(histEntryOf(&r.ev, held), held != nil)
+		// The claim index follows the queue in commit order (see sched.go).
+		if enqueued {
+			d.sched.add(&schedItem{
+				id: it.ID, session: it.SessionKey, private: r.chatKind == string(channel.Private), priority: r.priority,
+				eventTime: r.ev.eventTime, history: r.history, availableAt: r.avail, ev: held, size: len(r.ev.payload),
+			}, now)
+		} else {
+			d.sched.raise(it.ID, r.priority, r.history, held, len(r.ev.payload), now)
+		}
+	})
 	if err != nil {
 		return false, fmt.Errorf("store: enqueue %s: %w", it.ID, err)
 	}
 	if held != nil {
 		d.events.put(it.ID, r.ev.payload, *held)
-	}
-	if enqueued {
-		d.sched.add(&schedItem{
-			id: it.ID, session: it.SessionKey, private: r.chatKind == string(channel.Private), priority: r.priority,
-			eventTime: r.ev.eventTime, history: r.history, availableAt: r.avail, ev: held, size: len(r.ev.payload),
-		}, now)
-	} else {
-		d.sched.raise(it.ID, r.priority, r.history, held, len(r.ev.payload), now)
 	}
 	if r.ev.searchTokens != "" {
 		d.kickSearchIndex()
@@ -250,7 +253,7 @@ UPDATE inbound_items SET
     outcome = NULL, reason = NULL, merged_into = NULL, updated_at = ?1
 WHERE id IN (SELECT value FROM json_each(?4))
     AND ((status = 'pending' AND available_at <= ?1) OR (status = 'leased' AND lease_until <= ?1))
-RETURNING id, attempts, claims, history_only,
+RETURNING id, attempts, claims, history_only, session_key, chat_kind, priority, event_time, available_at,
     CASE WHEN id IN (SELECT value FROM json_each(?5))
         THEN (SELECT payload FROM message_events m WHERE m.id = inbound_items.id) END`
 
@@ -260,6 +263,8 @@ type claimed struct {
 	claims   int
 	history  bool
 	payload  []byte
+	// The leased row as the claim index needs it.
+	item schedItem
 }
 
 // Claim implements inbound.Queue: it leases up to limits.Max claimable
@@ -305,6 +310,12 @@ func (d *DB) Claim(ctx context.Context, limits inbound.Limits) ([]inbound.Lease,
 	if len(chosen) == 0 {
 		return nil, nil
 	}
+	return d.leasePicked(ctx, chosen, now, until, limits.Owner)
+}
+
+// leasePicked writes the leases of the items a pick reserved and settles
+// the claim index in the write's post-commit hook.
+func (d *DB) leasePicked(ctx context.Context, chosen []picked, now, until int64, owner string) ([]inbound.Lease, error) {
 	ids := make([]string, len(chosen))
 	var need []string
 	for i, it := range chosen {
@@ -315,18 +326,19 @@ func (d *DB) Claim(ctx context.Context, limits inbound.Limits) ([]inbound.Lease,
 	}
 	idsJSON, err := json.Marshal(ids)
 	if err != nil {
-		d.sched.settleClaim(chosen, nil, until, now)
+		d.sched.settleClaim(chosen, nil, now)
 		return nil, fmt.Errorf("store: claim: %w", err)
 	}
 	needJSON, err := json.Marshal(need)
 	if err != nil {
-		d.sched.settleClaim(chosen, nil, until, now)
+		d.sched.settleClaim(chosen, nil, now)
 		return nil, fmt.Errorf("store: claim: %w", err)
 	}
 	got := make(map[string]claimed, len(chosen))
-	err = d.write(ctx, func(tx wtx) error {
+	var lost []string
+	err = d.writeThen(ctx, func(tx wtx) error {
 		clear(got)
-		rs, err := tx.query(sqlClaim, now, until, limits.Owner, string(idsJSON), string(needJSON))
+		rs, err := tx.query(sqlClaim, now, until, owner, string(idsJSON), string(needJSON))
 		if err != nil {
 			return err
 		}
@@ -337,25 +349,32 @@ func (d *DB) Claim(ctx context.Context, limits inbound.Limits) ([]inbound.Lease,
 				c       claimed
 				payload sql.RawBytes
 			)
-			if err := rs.Scan(&id, &c.attempts, &c.claims, &c.history, &payload); err != nil {
+			var kind string
+			it := &c.item
+			if err := rs.Scan(&id, &c.attempts, &c.claims, &c.history, &it.session, &kind, &it.priority,
+				&it.eventTime, &it.availableAt, &payload); err != nil {
 				return err
 			}
+			it.id, it.private, it.history, it.leased, it.leaseUntil, it.claims = id, kind == "private", c.history,
+				true, until, c.claims
 			if payload != nil {
 				c.payload = append([]byte(nil), payload...)
 			}
 			got[id] = c
 		}
 		return rs.Err()
+	}, func() {
+		items := make(map[string]*schedItem, len(got))
+		for id, c := range got {
+			items[id] = &c.item
+		}
+		lost = d.sched.settleClaim(chosen, items, now)
 	})
 	if err != nil {
-		d.sched.settleClaim(chosen, nil, until, now)
+		d.sched.settleClaim(chosen, nil, now)
 		return nil, fmt.Errorf("store: claim: %w", err)
 	}
-	counts := make(map[string]int, len(got))
-	for id, c := range got {
-		counts[id] = c.claims
-	}
-	if lost := d.sched.settleClaim(chosen, counts, until, now); len(lost) > 0 {
+	if len(lost) > 0 {
 		d.refresh(ctx, lost)
 	}
 	leases := make([]inbound.Lease, 0, len(got))
@@ -367,7 +386,7 @@ func (d *DB) Claim(ctx context.Context, limits inbound.Limits) ([]inbound.Lease,
 		l := inbound.Lease{
 			Item: inbound.Item{ID: it.id, SessionKey: it.session, Priority: it.priority, HistoryOnly: c.history,
 				AvailableAt: fromMs(it.availableAt)},
-			Owner: limits.Owner, Until: fromMs(until), Attempts: c.attempts, Claims: c.claims,
+			Owner: owner, Until: fromMs(until), Attempts: c.attempts, Claims: c.claims,
 		}
 		if it.ev != nil {
 			l.Event = *it.ev
@@ -390,21 +409,30 @@ func (d *DB) Claim(ctx context.Context, limits inbound.Limits) ([]inbound.Lease,
 const sqlLiveItem = `SELECT id, session_key, chat_kind, priority, event_time, history_only, available_at,
     status, coalesce(lease_until, 0), claims FROM inbound_items WHERE id = ? AND status IN ('pending', 'leased')`
 
-// refresh re-reads items whose state the claim index got wrong and indexes
-// them again if they are still live. A failure is logged: the next reload
-// (ReleaseExpired, or the next Open) repairs the index.
+// refresh re-reads items whose state the claim index got wrong (a claim's
+// guard rejected them) and indexes them as the table has them. The reads
+// run inside a write operation and the index is updated by its post-commit
+// hook, so no commit lands between the read and the update. A failure is
+// logged: the next reload (ReleaseExpired, or the next Open) repairs the
+// index.
 func (d *DB) refresh(ctx context.Context, ids []string) {
-	now := d.now()
-	for _, id := range ids {
-		it, err := scanLive(d.rdb.QueryRowContext(ctx, sqlLiveItem, id))
-		if errors.Is(err, sql.ErrNoRows) {
-			continue
+	var rows []*schedItem
+	err := d.writeThen(ctx, func(tx wtx) error {
+		rows = rows[:0]
+		for _, id := range ids {
+			it, err := scanLive(tx.queryRow(sqlLiveItem, id))
+			if errors.Is(err, sql.ErrNoRows) {
+				continue
+			}
+			if err != nil {
+				return clean(err)
+			}
+			rows = append(rows, it)
 		}
-		if err != nil {
-			d.log.Warn("store: claim index refresh failed", "id", id, "err", err)
-			continue
-		}
-		d.sched.add(it, now)
+		return nil
+	}, func() { d.sched.replace(ids, rows, d.now()) })
+	if err != nil {
+		d.log.Warn("store: claim index refresh failed", "ids", ids, "err", err)
 	}
 }
 
@@ -414,9 +442,12 @@ func (d *DB) refresh(ctx context.Context, ids []string) {
 // every claim increments it and nothing decrements it, so a holder whose
 // lease expired and was claimed again (even under the same owner name) no
 // longer matches.
+//
+// after updates the claim index; it runs after the commit, in commit order,
+// and only when the operation succeeded.
 func (d *DB) leaseOp(ctx context.Context, op string, l *inbound.Lease, after func(), q string, args ...any) error {
 	all := append([]any{l.ID, l.Owner, l.Claims}, args...)
-	err := d.write(ctx, func(tx wtx) error {
+	err := d.writeThen(ctx, func(tx wtx) error {
 		res, err := tx.exec(q, all...)
 		if err != nil {
 			return err
@@ -425,11 +456,10 @@ func (d *DB) leaseOp(ctx context.Context, op string, l *inbound.Lease, after fun
 			return clean(inbound.ErrLeaseLost)
 		}
 		return nil
-	})
+	}, after)
 	if err != nil {
 		return fmt.Errorf("store: %s %s: %w", op, l.ID, err)
 	}
-	after()
 	return nil
 }
 

@@ -21,8 +21,10 @@ import (
 // in memory which items to take (so its cost does not depend on the
 // backlog or on what SQL can express cheaply) and applies the decision with
 // one guarded UPDATE; inbound_items stays the truth, the index is rebuilt
-// from it at Open and kept in step by this DB's own writes after they
-// commit. A second DB handle writing the same file's queue is not seen
+// from it at Open and kept in step by this DB's own writes: every change is
+// applied by the write's post-commit hook, on the writer goroutine, so the
+// index sees the writes in commit order (a pick only reserves items; the
+// claim's hook settles them against whatever committed before it). A second DB handle writing the same file's queue is not seen
 // (one process owns a queue file, see the package documentation); the
 // guard makes such a race lose a claim, never double it.
 
@@ -309,34 +311,63 @@ func (s *sched) pick(now int64, max, perPrivate, perGroup int) []picked {
 	return out
 }
 
-// settleClaim applies the outcome of a claim write. got maps the ids the
-// write leased to their claim count; an item missing from it changed under
-// the index (another handle, or a race the guard caught) and is reloaded
-// from the table by the caller. On a failed write (got == nil) every item
-// is put back as it was.
-func (s *sched) settleClaim(items []picked, got map[string]int, until, now int64) (lost []string) {
+// settleClaim applies the outcome of a claim write. It runs as the
+// write's post-commit hook (in commit order) with got holding the rows the
+// write leased, or from the caller with got == nil when the write failed,
+// which puts back the items still reserved. A leased row is applied to
+// whatever item the index holds for its id now (a reload, or a lease
+// operation of the previous holder that committed first, may have replaced
+// or moved the picked one) unless that item already shows this claim; an
+// id the index lost meanwhile is added. A picked item the write did not
+// lease changed under the index (another handle) and is returned in lost
+// for the caller to re-read.
+func (s *sched) settleClaim(items []picked, got map[string]*schedItem, now int64) (lost []string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if got == nil {
+		for _, p := range items {
+			if it := p.it; s.items[it.id] == it && it.loc == locClaiming {
+				s.detach(it)
+				s.attach(it, now)
+			}
+		}
+		return nil
+	}
 	for _, p := range items {
-		it := p.it
-		if s.items[it.id] != it || it.loc != locClaiming {
-			continue // replaced meanwhile
+		row, ok := got[p.id]
+		cur := s.items[p.id]
+		switch {
+		case !ok:
+			if cur == p.it && cur.loc == locClaiming {
+				s.removeLocked(cur)
+			}
+			lost = append(lost, p.id)
+		case cur == nil:
+			row.ev, row.size = p.ev, p.it.size
+			s.addLocked(row, now)
+		case !cur.leased || cur.claims < row.claims || cur.loc == locClaiming && cur == p.it:
+			s.detach(cur)
+			cur.leased, cur.leaseUntil, cur.claims = true, row.leaseUntil, row.claims
+			cur.history = row.history
+			s.attach(cur, now)
 		}
-		s.detach(it)
-		if got == nil {
-			s.attach(it, now)
-			continue
-		}
-		c, ok := got[it.id]
-		if !ok {
-			s.removeLocked(it)
-			lost = append(lost, it.id)
-			continue
-		}
-		it.leased, it.leaseUntil, it.claims = true, until, c
-		s.attach(it, now)
 	}
 	return lost
+}
+
+// replace sets the index entries of ids to rows (the items' live rows as
+// the table has them; an id without a row is no longer live).
+func (s *sched) replace(ids []string, rows []*schedItem, now int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, id := range ids {
+		if it := s.items[id]; it != nil {
+			s.removeLocked(it)
+		}
+	}
+	for _, it := range rows {
+		s.addLocked(it, now)
+	}
 }
 
 // leaseChanged applies a successful lease operation on the item id held
@@ -434,13 +465,13 @@ func scanLive(sc interface{ Scan(...any) error }) (*schedItem, error) {
 
 // reload rebuilds the claim index from the table (at Open, and after a
 // change the index does not follow item by item, such as ReleaseExpired).
-// It reads inside a write operation, so no commit lands between the read
-// and the swap; updates of operations that committed earlier and apply to
-// the index afterwards are idempotent. Payloads are not held for reloaded
+// It reads inside a write operation and swaps the index in its post-commit
+// hook, so the new index holds exactly the writes committed before it and
+// the hooks of later ones apply to it. Events are not held for reloaded
 // items: their claims read them from the table.
 func (d *DB) reload(ctx context.Context) error {
-	fresh := newSched()
-	err := d.write(ctx, func(tx wtx) error {
+	var fresh *sched
+	err := d.writeThen(ctx, func(tx wtx) error {
 		fresh = newSched()
 		rows, err := tx.query(sqlLoadLive)
 		if err != nil {
@@ -455,15 +486,13 @@ func (d *DB) reload(ctx context.Context) error {
 			}
 			fresh.addLocked(it, now)
 		}
-		if err := rows.Err(); err != nil {
-			return err
-		}
+		return rows.Err()
+	}, func() {
 		s := d.sched
 		s.mu.Lock()
 		s.items, s.sessions, s.order, s.delayed, s.leases, s.held =
 			fresh.items, fresh.sessions, fresh.order, fresh.delayed, fresh.leases, fresh.held
 		s.mu.Unlock()
-		return nil
 	})
 	if err != nil {
 		return fmt.Errorf("store: load queue: %w", err)

@@ -252,3 +252,85 @@ func TestClaimWithoutHeldPayload(t *testing.T) {
 	require.Equal(t, "hello there", ls[0].Event.Text())
 	require.Equal(t, ev.SessionKey, ls[0].Event.SessionKey)
 }
+
+// leasedIn counts a session's unexpired leases in the table.
+func leasedIn(t *testing.T, d *DB, session string) int {
+	t.Helper()
+	var n int
+	require.NoError(t, d.rdb.QueryRow(`SELECT count(*) FROM inbound_items
+WHERE session_key = ? AND status = 'leased' AND lease_until > ?`, session, d.now()).Scan(&n))
+	return n
+}
+
+// TestClaimSettlesAfterReload: a reload (what ReleaseExpired does) between
+// a claim's pick and its write does not lose the lease the write committed,
+// so the session's limit still holds.
+func TestClaimSettlesAfterReload(t *testing.T) {
+	t.Parallel()
+	clk := clock.NewFake(t0)
+	d := open(t, clk)
+	ctx := t.Context()
+	x := testEvent(channel.Private, "p1", "x", t0.Add(-2*time.Second), "x")
+	_, err := d.Enqueue(ctx, inbound.Item{Event: x})
+	require.NoError(t, err)
+
+	now := ms(clk.Now())
+	chosen := d.sched.pick(now, 1, 1, 1)
+	require.Len(t, chosen, 1)
+	require.NoError(t, d.reload(ctx))
+	ls, err := d.leasePicked(ctx, chosen, now, now+60_000, "w1")
+	require.NoError(t, err)
+	require.Equal(t, []string{x.Key()}, ids(ls))
+
+	z := testEvent(channel.Private, "p1", "z", t0.Add(-time.Second), "z")
+	_, err = d.Enqueue(ctx, inbound.Item{Event: z, Priority: 100})
+	require.NoError(t, err)
+	more, err := d.Claim(ctx, inbound.Limits{Max: 5, PerPrivate: 1, Owner: "w2", Lease: time.Minute})
+	require.NoError(t, err)
+	require.Empty(t, more, "the session is full")
+	require.Equal(t, 1, leasedIn(t, d, x.SessionKey))
+	require.NoError(t, d.Complete(ctx, ls[0], inbound.Outcome{Code: outcome.Replied}))
+	more, err = d.Claim(ctx, inbound.Limits{Max: 5, PerPrivate: 1, Owner: "w2", Lease: time.Minute})
+	require.NoError(t, err)
+	require.Equal(t, []string{z.Key()}, ids(more), "the completion freed the slot")
+}
+
+// TestClaimSettlesAfterOldHolderRelease: an expired holder's Release that
+// commits between a claim's pick and its write (same millisecond) moves the
+// item back to ready; the claim's write still leases it, and the index
+// follows the lease.
+func TestClaimSettlesAfterOldHolderRelease(t *testing.T) {
+	t.Parallel()
+	clk := clock.NewFake(t0)
+	d := open(t, clk)
+	ctx := t.Context()
+	x := testEvent(channel.Private, "p1", "x", t0.Add(-2*time.Second), "x")
+	_, err := d.Enqueue(ctx, inbound.Item{Event: x})
+	require.NoError(t, err)
+	old, err := d.Claim(ctx, inbound.Limits{Max: 1, Owner: "w1", Lease: time.Second})
+	require.NoError(t, err)
+	require.Len(t, old, 1)
+	clk.Advance(2 * time.Second) // the lease expired
+
+	now := ms(clk.Now())
+	chosen := d.sched.pick(now, 1, 2, 2)
+	require.Len(t, chosen, 1)
+	require.NoError(t, d.Release(ctx, old[0])) // the old holder, claims still match
+	ls, err := d.leasePicked(ctx, chosen, now, now+3_600_000, "w2")
+	require.NoError(t, err)
+	require.Equal(t, []string{x.Key()}, ids(ls))
+	require.Equal(t, 2, ls[0].Claims)
+
+	d.sched.mu.Lock()
+	it := d.sched.items[x.Key()]
+	loc, claims, inflight := it.loc, it.claims, d.sched.sessions[it.session].inflight
+	d.sched.mu.Unlock()
+	require.Equal(t, locLeased, loc)
+	require.Equal(t, 2, claims)
+	require.Equal(t, 1, inflight)
+	require.NoError(t, d.Complete(ctx, ls[0], inbound.Outcome{Code: outcome.Replied}), "the index knows the new holder")
+	d.sched.mu.Lock()
+	_, still := d.sched.items[x.Key()]
+	d.sched.mu.Unlock()
+	require.False(t, still)
+}

@@ -87,11 +87,11 @@
 // IMMEDIATE) owned by one goroutine that practises group commit: operations
 // submitted concurrently share one transaction, each still atomic: one that
 // fails returns its own error and leaves no trace, and every caller returns
-// only after the transaction holding its operation committed. A writer
-// that is busy (an operation was waiting, or came within a millisecond of
-// a commit of several) waits up to Options.CommitDelay to fill a batch of
-// fewer than 8, because a commit's cost is mostly the WAL writes of the
-// pages it changed. Reads use a
+// only after the transaction holding its operation committed. With
+// Options.CommitDelay set, a writer that is busy (an operation was
+// waiting, or came within a millisecond of a commit of several) waits up
+// to that long to fill a batch of fewer than 8 (off by default, see the
+// option). Reads use a
 // separate pool of read-only connections (Options.ReadConns) and see every
 // write that returned before them. A lock held by another process is waited
 // for up to Options.BusyTimeout. Close waits for the batch in progress;

@@ -107,7 +107,9 @@ type Options struct {
 	// NoPacing turns off the pause between chunks of the default Sender.
 	NoPacing bool
 
-	// Workers is the number of turns processed at once (default 8).
+	// Workers is the number of turns processed at once (default 8). The
+	// dispatcher keeps up to as many leases claimed ahead for them, and up
+	// to 4 × Workers finished turns may still be writing their outcome.
 	Workers int
 	// ReplyConcurrency bounds generation and sending (default 8).
 	ReplyConcurrency int

@@ -8,10 +8,11 @@
 // implementation can prove itself with the conformance suite in
 // inbound/queuetest. An [Item] is keyed by the event's canonical key
 // (platform, bot id, chat, message id), so enqueueing the same platform
-// message twice is a no-op that only raises a still-pending item's priority.
+// message twice is a no-op that only raises a still-pending item's priority
+// (and ends a backfill's history-only mark when the repeat arrives live).
 //
 // Items move pending → leased → done. [Queue.Claim] leases up to a number of
-// items in one statement, in priority order (direct 100, quote 80, link 60,
+// items in one atomic step, in priority order (direct 100, quote 80, link 60,
 // else 0; ties by event time, then id), honouring per-session in-flight limits
 // (3 per group, 2 per private chat by default). A lease lasts 10 minutes and is
 // renewed by [Queue.Extend] while the turn runs; [Queue.Complete],

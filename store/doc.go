@@ -51,7 +51,9 @@
 // leased) in a claim index (per session a heap in claim order and the
 // count of unexpired leases, a heap of sessions by their best item, time
 // heaps for delayed items and lease expiries), rebuilt from inbound_items
-// at Open and kept in step by the DB's own commits. Claim picks there, so
+// at Open and kept in step by the DB's own writes, each applied by its
+// write's post-commit hook in commit order. Claim picks there (reserving
+// the items, so concurrent claims never collide), so
 // its cost does not depend on the backlog and a claim with nothing
 // claimable runs no SQL, then leases the picked items with one UPDATE that
 // repeats the claimability test as a guard. The table stays the truth: an
@@ -73,7 +75,8 @@
 // batch instead of one per message. The index therefore lags the
 // transcript by at most one indexer pass, which no reader sees: a history
 // search first indexes what is still queued for the sessions it searches
-// (a backlog beyond 4,096 rows is left partly to the background indexer).
+// (while the background indexer runs, a backlog beyond 4,096 rows is left
+// partly to it).
 // Close stops the indexer first; rows still queued are indexed after the
 // next Open. With Options.NoSearchIndexer there is no background indexer
 // and a search indexes all its sessions' queued rows itself (the pipeline
@@ -91,9 +94,8 @@
 // Options.CommitDelay set, a writer that is busy (an operation was
 // waiting, or came within a millisecond of a commit of several) waits up
 // to that long to fill a batch of fewer than 8 (off by default, see the
-// option). Reads use a
-// separate pool of read-only connections (Options.ReadConns) and see every
-// write that returned before them. A lock held by another process is waited
+// option). Reads use a separate pool of read-only connections
+// (Options.ReadConns) and see every write that returned before them. A lock held by another process is waited
 // for up to Options.BusyTimeout. Close waits for the batch in progress;
 // afterwards every method returns [ErrClosed].
 //

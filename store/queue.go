@@ -384,8 +384,8 @@ func (d *DB) leasePicked(ctx context.Context, chosen []picked, now, until int64,
 			continue
 		}
 		l := inbound.Lease{
-			Item: inbound.Item{ID: it.id, SessionKey: it.session, Priority: it.priority, HistoryOnly: c.history,
-				AvailableAt: fromMs(it.availableAt)},
+			Item: inbound.Item{ID: it.id, SessionKey: c.item.session, Priority: c.item.priority, HistoryOnly: c.history,
+				AvailableAt: fromMs(c.item.availableAt)},
 			Owner: owner, Until: fromMs(until), Attempts: c.attempts, Claims: c.claims,
 		}
 		if it.ev != nil {

@@ -265,15 +265,12 @@ func (s *sched) advance(now int64) {
 	}
 }
 
-// picked is an item chosen by pick, with the fields a lease needs as they
-// were when it was picked.
+// picked is an item chosen by pick, with its id and held event as they
+// were when it was picked (the claim's write returns the rest of the row).
 type picked struct {
-	it          *schedItem
-	id, session string
-	priority    int
-	history     bool
-	availableAt int64
-	ev          *channel.Event
+	it *schedItem
+	id string
+	ev *channel.Event
 }
 
 // pick chooses up to max claimable items at now in claim order, skipping
@@ -302,8 +299,7 @@ func (s *sched) pick(now int64, max, perPrivate, perGroup int) []picked {
 		s.detach(it)
 		it.loc = locClaiming
 		ss.inflight++
-		out = append(out, picked{it: it, id: it.id, session: it.session, priority: it.priority, history: it.history,
-			availableAt: it.availableAt, ev: it.ev})
+		out = append(out, picked{it: it, id: it.id, ev: it.ev})
 	}
 	for _, ss := range full {
 		s.fixSession(ss)

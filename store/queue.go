@@ -261,7 +261,6 @@ RETURNING id, attempts, claims, history_only, session_key, chat_kind, priority, 
 type claimed struct {
 	attempts int
 	claims   int
-	history  bool
 	payload  []byte
 	// The leased row as the claim index needs it.
 	item schedItem
@@ -351,12 +350,11 @@ func (d *DB) leasePicked(ctx context.Context, chosen []picked, now, until int64,
 			)
 			var kind string
 			it := &c.item
-			if err := rs.Scan(&id, &c.attempts, &c.claims, &c.history, &it.session, &kind, &it.priority,
+			if err := rs.Scan(&id, &c.attempts, &c.claims, &it.history, &it.session, &kind, &it.priority,
 				&it.eventTime, &it.availableAt, &payload); err != nil {
 				return err
 			}
-			it.id, it.private, it.history, it.leased, it.leaseUntil, it.claims = id, kind == "private", c.history,
-				true, until, c.claims
+			it.id, it.private, it.leased, it.leaseUntil, it.claims = id, kind == "private", true, until, c.claims
 			if payload != nil {
 				c.payload = append([]byte(nil), payload...)
 			}
@@ -384,7 +382,7 @@ func (d *DB) leasePicked(ctx context.Context, chosen []picked, now, until int64,
 			continue
 		}
 		l := inbound.Lease{
-			Item: inbound.Item{ID: it.id, SessionKey: c.item.session, Priority: c.item.priority, HistoryOnly: c.history,
+			Item: inbound.Item{ID: it.id, SessionKey: c.item.session, Priority: c.item.priority, HistoryOnly: c.item.history,
 				AvailableAt: fromMs(c.item.availableAt)},
 			Owner: owner, Until: fromMs(until), Attempts: c.attempts, Claims: c.claims,
 		}

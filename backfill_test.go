@@ -1,16 +1,12 @@
 package persona_test
 
 import (
-	"bufio"
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -25,6 +21,7 @@ import (
 	"github.com/personakit/persona/channel/onebot/onebottest"
 	"github.com/personakit/persona/clock"
 	"github.com/personakit/persona/inbound"
+	"github.com/personakit/persona/internal/logbuf"
 	"github.com/personakit/persona/outbound"
 	"github.com/personakit/persona/outcome"
 	"github.com/personakit/persona/store"
@@ -33,38 +30,6 @@ import (
 // backfillWait bounds every wait for an asynchronous effect in the
 // disconnect test; it is a deadline, never a timing assertion.
 const backfillWait = 10 * time.Second
-
-// logBuffer collects the pipeline's JSON log lines.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *logBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
-// records returns the decoded log records with the given message.
-func (b *logBuffer) records(msg string) []map[string]any {
-	var out []map[string]any
-	sc := bufio.NewScanner(bytes.NewReader([]byte(b.String())))
-	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
-	for sc.Scan() {
-		var rec map[string]any
-		if json.Unmarshal(sc.Bytes(), &rec) == nil && rec["msg"] == msg {
-			out = append(out, rec)
-		}
-	}
-	return out
-}
 
 // obRig is a persona.Pipeline running the OneBot adapter (reverse
 // WebSocket) against the onebottest fake, all on one fake clock.
@@ -75,7 +40,7 @@ type obRig struct {
 	db    *store.DB
 	p     *persona.Pipeline
 	model *agenttest.Model
-	logs  *logBuffer
+	logs  *logbuf.Buffer
 	group channel.Chat
 	users int64 // senders used so far
 }
@@ -85,10 +50,10 @@ func newOneBotRig(t *testing.T) *obRig {
 	r := &obRig{
 		t:     t,
 		clk:   clock.NewFake(time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)),
-		logs:  &logBuffer{},
+		logs:  &logbuf.Buffer{},
 		group: channel.Chat{Kind: channel.Group, ID: "100200300"},
 	}
-	adapterLogs := &logBuffer{}
+	adapterLogs := &logbuf.Buffer{}
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("pipeline log:\n%s", r.logs.String())
@@ -167,8 +132,9 @@ func (r *obRig) waitLog(msg string, n int) []map[string]any {
 	r.t.Helper()
 	var recs []map[string]any
 	r.eventually(fmt.Sprintf("%d log lines %q", n, msg), func() bool {
-		recs = r.logs.records(msg)
-		return len(recs) >= n
+		var err error
+		recs, err = r.logs.Records(msg)
+		return err == nil && len(recs) >= n
 	})
 	return recs
 }
@@ -383,7 +349,7 @@ func TestDisconnectBackfillAndSeqGap(t *testing.T) {
 	outage := r.waitLog("backfill_gap_detected", 1)[0]
 	require.Equal(t, int(m1.Seq), num(outage, "from"), "the gap starts after the last seq seen before the outage")
 	require.Equal(t, int(c3.Seq), num(outage, "to"))
-	require.Empty(t, r.logs.records("backfill_gap_resolved"), "the gap check waits for the first backfill")
+	require.Empty(t, r.logs.MustRecords(r.t, "backfill_gap_resolved"), "the gap check waits for the first backfill")
 
 	// The +1 s backfill pulls the history.
 	run := r.runBackfill(reconnectAt.Add(time.Second), 4)
@@ -445,7 +411,7 @@ func TestDisconnectBackfillAndSeqGap(t *testing.T) {
 		_, ok := r.lookup(m)
 		require.False(t, ok, "message %d is not known before the recheck", m.ID)
 	}
-	require.Len(t, r.logs.records("backfill_gap_resolved"), 1)
+	require.Len(t, r.logs.MustRecords(r.t, "backfill_gap_resolved"), 1)
 
 	r.clk.Advance(inbound.DefaultGapRechecks()[0])
 	resolved := r.waitLog("backfill_gap_resolved", 2)[1]
@@ -456,7 +422,7 @@ func TestDisconnectBackfillAndSeqGap(t *testing.T) {
 	r.requireOutcome(lost1, outcome.Replied, channel.SourceGap)
 	r.requireOutcome(lost2, inbound.BackfillHistoryOnly, channel.SourceGap)
 	r.waitSent(7)
-	require.Empty(t, r.logs.records("backfill_gap_unresolved"))
+	require.Empty(t, r.logs.MustRecords(r.t, "backfill_gap_unresolved"))
 
 	// One record per message, each answer sent once.
 	recs, err := r.db.Records(t.Context(), store.RecordQuery{})

@@ -1,10 +1,8 @@
 package persona_test
 
 import (
-	"bytes"
 	"fmt"
 	"log/slog"
-	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -12,26 +10,9 @@ import (
 	"github.com/personakit/persona"
 	"github.com/personakit/persona/agent"
 	"github.com/personakit/persona/agent/agenttest"
+	"github.com/personakit/persona/internal/logbuf"
 	"github.com/personakit/persona/outcome"
 )
-
-// syncBuffer is a bytes.Buffer safe for concurrent writers.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // stable returns the messages up to and including the cache breakpoint,
 // without the breakpoint flag (which moves forward every turn).
@@ -53,7 +34,7 @@ func stable(req agent.Request) []agent.Message {
 // sliding window would show: the upstream prompt cache keeps hitting.
 func TestPromptPrefixStaysStableAcrossTurns(t *testing.T) {
 	t.Parallel()
-	logs := &syncBuffer{}
+	logs := &logbuf.Buffer{}
 	model := agenttest.New()
 	model.Otherwise(agenttest.Reply("noted"))
 	h := newHarness(t, model, func(o *persona.Options) {

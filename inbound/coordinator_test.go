@@ -1,10 +1,7 @@
 package inbound
 
 import (
-	"bufio"
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -19,6 +16,7 @@ import (
 	"github.com/personakit/persona/channel"
 	"github.com/personakit/persona/channel/chantest"
 	"github.com/personakit/persona/clock"
+	"github.com/personakit/persona/internal/logbuf"
 )
 
 var ct0 = time.Date(2026, 3, 4, 12, 0, 0, 0, time.UTC)
@@ -49,37 +47,6 @@ func (c *coCheckpoints) saved() []time.Time {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return slices.Clone(c.saves)
-}
-
-// coLogs captures JSON log records.
-type coLogs struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *coLogs) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-// records returns the records with the given message, in order.
-func (l *coLogs) records(t *testing.T, msg string) []map[string]any {
-	t.Helper()
-	l.mu.Lock()
-	data := slices.Clone(l.buf.Bytes())
-	l.mu.Unlock()
-	var out []map[string]any
-	sc := bufio.NewScanner(bytes.NewReader(data))
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		var r map[string]any
-		require.NoError(t, json.Unmarshal(sc.Bytes(), &r))
-		if r["msg"] == msg {
-			out = append(out, r)
-		}
-	}
-	return out
 }
 
 // spyChannel is a chantest.Channel that counts history calls and can fail
@@ -151,7 +118,7 @@ type coHarness struct {
 	clk  *clock.Fake
 	ch   *spyChannel
 	cp   *coCheckpoints
-	logs *coLogs
+	logs *logbuf.Buffer
 	c    *Coordinator
 
 	mu    sync.Mutex
@@ -174,7 +141,7 @@ type coOption func(*CoordinatorConfig, *coHarness)
 
 func newCoHarness(t *testing.T, opts ...coOption) *coHarness {
 	t.Helper()
-	h := &coHarness{t: t, clk: clock.NewFake(ct0), cp: &coCheckpoints{}, logs: &coLogs{}, known: map[string]bool{}}
+	h := &coHarness{t: t, clk: clock.NewFake(ct0), cp: &coCheckpoints{}, logs: &logbuf.Buffer{}, known: map[string]bool{}}
 	h.ch = &spyChannel{Channel: chantest.New(chantest.Config{Clock: h.clk}), clk: h.clk, fetches: map[channel.Chat]int{}}
 	cfg := CoordinatorConfig{
 		Bot:         "default/chantest/bot",
@@ -349,9 +316,9 @@ func TestCoordinatorReconnectBackfillRules(t *testing.T) {
 	h.run()
 	h.state(true, true) // connection_opened
 	require.True(t, h.c.Ready())
-	require.Len(t, h.logs.records(t, "connection_opened"), 1)
+	require.Len(t, h.logs.MustRecords(t, "connection_opened"), 1)
 	h.advanceTo(ct0.Add(5 * time.Minute)) // the three runs, nothing to do
-	require.Len(t, h.logs.records(t, "backfill_completed"), 3)
+	require.Len(t, h.logs.MustRecords(t, "backfill_completed"), 3)
 
 	// Delivered live before the disconnect.
 	h.say(gA, bob, "seen before", chantest.WithTime(ct0.Add(4*time.Minute)))
@@ -359,7 +326,7 @@ func TestCoordinatorReconnectBackfillRules(t *testing.T) {
 	require.False(t, h.c.Ready())
 	disc := ct0.Add(5 * time.Minute) // the last checkpoint tick
 	require.Equal(t, disc, h.cp.saved()[len(h.cp.saved())-1])
-	require.Len(t, h.logs.records(t, "disconnected"), 1)
+	require.Len(t, h.logs.MustRecords(t, "disconnected"), 1)
 
 	// While away.
 	h.setAway(true)
@@ -377,7 +344,7 @@ func TestCoordinatorReconnectBackfillRules(t *testing.T) {
 
 	h.setAway(false)
 	h.state(true, true) // reconnected
-	require.Len(t, h.logs.records(t, "reconnected"), 1)
+	require.Len(t, h.logs.MustRecords(t, "reconnected"), 1)
 	require.Equal(t, disc.Add(-30*time.Minute), h.c.Cutoff())
 	h.advance(999 * time.Millisecond)
 	require.Empty(t, h.enqueued(), "nothing before +1 s")
@@ -395,8 +362,8 @@ func TestCoordinatorReconnectBackfillRules(t *testing.T) {
 		require.Equal(t, channel.SourceBackfill, e.ev.Source)
 	}
 	require.Zero(t, h.ch.fetchCount(pSelf), "the bot's own private chat is skipped")
-	require.Len(t, h.logs.records(t, "backfill_started"), 4)
-	done := h.logs.records(t, "backfill_completed")
+	require.Len(t, h.logs.MustRecords(t, "backfill_started"), 4)
+	done := h.logs.MustRecords(t, "backfill_completed")
 	require.Len(t, done, 4)
 	require.EqualValues(t, 12, done[3]["enqueued"])
 	require.EqualValues(t, 4, done[3]["triggered"]) // 3 in group a + the private chat
@@ -404,7 +371,7 @@ func TestCoordinatorReconnectBackfillRules(t *testing.T) {
 	// The later runs find nothing new: nothing is processed twice.
 	h.advanceTo(h.clk.Now().Add(5 * time.Minute))
 	require.Len(t, h.enqueued(), 12)
-	require.Len(t, h.logs.records(t, "backfill_completed"), 6)
+	require.Len(t, h.logs.MustRecords(t, "backfill_completed"), 6)
 }
 
 func TestCoordinatorBackfillPagingCapAndWatermark(t *testing.T) {
@@ -484,7 +451,7 @@ func TestCoordinatorBackfillSchedule(t *testing.T) {
 		r.Add(time.Second), r.Add(time.Minute), r.Add(5 * time.Minute),
 	}, h.ch.listTimes())
 	var runs []float64
-	for _, rec := range h.logs.records(t, "backfill_started") {
+	for _, rec := range h.logs.MustRecords(t, "backfill_started") {
 		runs = append(runs, rec["run"].(float64))
 	}
 	require.Equal(t, []float64{1, 2, 1, 2, 3}, runs)
@@ -518,7 +485,7 @@ func TestCoordinatorBackfillRunsDoNotOverlap(t *testing.T) {
 	close(block)
 	h.settle()
 	require.Len(t, h.ch.listTimes(), 2)
-	require.Len(t, h.logs.records(t, "backfill_completed"), 2)
+	require.Len(t, h.logs.MustRecords(t, "backfill_completed"), 2)
 }
 
 func TestCoordinatorCheckpointsWithoutBackfill(t *testing.T) {
@@ -538,7 +505,7 @@ func TestCoordinatorCheckpointsWithoutBackfill(t *testing.T) {
 	h.advance(15 * time.Second)
 	h.state(false, false)
 	require.Equal(t, []time.Time{t1.Add(-30 * time.Second), t1, t1}, h.cp.saved(), "disconnect saves the last time seen online")
-	rec := h.logs.records(t, "disconnected")
+	rec := h.logs.MustRecords(t, "disconnected")
 	require.Len(t, rec, 1)
 	require.Equal(t, t1.Format(time.RFC3339), rec[0]["last_online"])
 
@@ -546,16 +513,16 @@ func TestCoordinatorCheckpointsWithoutBackfill(t *testing.T) {
 	require.Len(t, h.cp.saved(), 3, "no checkpoint while offline")
 
 	h.state(true, true)
-	require.Len(t, h.logs.records(t, "reconnected"), 1)
+	require.Len(t, h.logs.MustRecords(t, "reconnected"), 1)
 	require.Equal(t, t1.Add(-30*time.Minute), h.c.Cutoff())
 
 	// Account offline while connected, then back.
 	h.state(true, false)
 	require.False(t, h.c.Ready())
-	require.Len(t, h.logs.records(t, "account_offline"), 1)
+	require.Len(t, h.logs.MustRecords(t, "account_offline"), 1)
 	require.Equal(t, h.clk.Now(), h.cp.saved()[3])
 	h.state(true, true)
-	require.Len(t, h.logs.records(t, "account_recovered"), 1)
+	require.Len(t, h.logs.MustRecords(t, "account_recovered"), 1)
 
 	h.advance(10 * time.Second)
 	stop()
@@ -660,7 +627,7 @@ func TestCoordinatorCutoff(t *testing.T) {
 		require.Len(t, h.ch.listTimes(), 5)
 		require.Equal(t, 6, h.ch.fetchCount(gA))
 		manual := 0
-		for _, rec := range h.logs.records(t, "backfill_started") {
+		for _, rec := range h.logs.MustRecords(t, "backfill_started") {
 			if rec["manual"] == true {
 				manual++
 			}
@@ -693,7 +660,7 @@ func TestCoordinatorSessionFailureIsolated(t *testing.T) {
 	h.advance(time.Second)
 
 	require.Equal(t, map[string]bool{"a1": true}, byText(h.enqueued()), "group a is unaffected")
-	failed := h.logs.records(t, "backfill_failed")
+	failed := h.logs.MustRecords(t, "backfill_failed")
 	require.Len(t, failed, 1)
 	require.EqualValues(t, 2, failed[0]["failed"])
 	errs := fmt.Sprint(failed[0]["errors"])
@@ -706,8 +673,8 @@ func TestCoordinatorSessionFailureIsolated(t *testing.T) {
 	// Group c fails in every run and is not retried beyond the third.
 	h.advanceTo(ct0.Add(20 * time.Minute))
 	require.Equal(t, 3, h.ch.fetchCount(gC))
-	require.Len(t, h.logs.records(t, "backfill_failed"), 3)
-	require.Len(t, h.logs.records(t, "backfill_completed"), 0)
+	require.Len(t, h.logs.MustRecords(t, "backfill_failed"), 3)
+	require.Len(t, h.logs.MustRecords(t, "backfill_completed"), 0)
 }
 
 // connectedPastBackfills connects and lets the three backfills run, so gap
@@ -728,12 +695,12 @@ func TestCoordinatorGapResolvedOnRecheck(t *testing.T) {
 	}
 	h.say(gA, bob, "s6", chantest.WithSeq(6))
 	h.settle()
-	det := h.logs.records(t, "backfill_gap_detected")
+	det := h.logs.MustRecords(t, "backfill_gap_detected")
 	require.Len(t, det, 1)
 	require.EqualValues(t, 4, det[0]["from"])
 	require.EqualValues(t, 5, det[0]["to"])
 	require.Equal(t, 1, h.ch.fetchCount(gA), "the first refetch ran at once")
-	require.Empty(t, h.logs.records(t, "backfill_gap_resolved"))
+	require.Empty(t, h.logs.MustRecords(t, "backfill_gap_resolved"))
 
 	// The missing messages show up in the platform's history (a lost push).
 	h.setAway(true)
@@ -741,10 +708,10 @@ func TestCoordinatorGapResolvedOnRecheck(t *testing.T) {
 	h.say(gA, ann, "s5", chantest.WithSeq(5), chantest.WithTime(h.clk.Now().Add(-time.Second)))
 	h.setAway(false)
 	h.advance(14 * time.Second)
-	require.Empty(t, h.logs.records(t, "backfill_gap_resolved"))
+	require.Empty(t, h.logs.MustRecords(t, "backfill_gap_resolved"))
 	h.advance(time.Second)
 
-	res := h.logs.records(t, "backfill_gap_resolved")
+	res := h.logs.MustRecords(t, "backfill_gap_resolved")
 	require.Len(t, res, 1)
 	require.EqualValues(t, 2, res[0]["checks"])
 	enq := h.enqueued()
@@ -754,7 +721,7 @@ func TestCoordinatorGapResolvedOnRecheck(t *testing.T) {
 		require.Equal(t, channel.SourceGap, e.ev.Source)
 	}
 	h.advance(5 * time.Minute)
-	require.Empty(t, h.logs.records(t, "backfill_gap_unresolved"))
+	require.Empty(t, h.logs.MustRecords(t, "backfill_gap_unresolved"))
 }
 
 func TestCoordinatorGapUnresolved(t *testing.T) {
@@ -765,19 +732,19 @@ func TestCoordinatorGapUnresolved(t *testing.T) {
 	h.say(gA, bob, "s10", chantest.WithSeq(10))
 	h.say(gA, bob, "s13", chantest.WithSeq(13))
 	h.settle()
-	require.Len(t, h.logs.records(t, "backfill_gap_detected"), 1)
+	require.Len(t, h.logs.MustRecords(t, "backfill_gap_detected"), 1)
 	h.advance(15 * time.Second)
 	h.advance(45 * time.Second)
 	require.Equal(t, 3, h.ch.fetchCount(gA))
 	h.advance(119 * time.Second)
-	require.Empty(t, h.logs.records(t, "backfill_gap_unresolved"))
+	require.Empty(t, h.logs.MustRecords(t, "backfill_gap_unresolved"))
 	h.advance(time.Second)
 	require.Equal(t, 4, h.ch.fetchCount(gA))
-	un := h.logs.records(t, "backfill_gap_unresolved")
+	un := h.logs.MustRecords(t, "backfill_gap_unresolved")
 	require.Len(t, un, 1)
 	require.Equal(t, []any{11.0, 12.0}, un[0]["missing"])
 	require.EqualValues(t, 4, un[0]["checks"])
-	require.Empty(t, h.logs.records(t, "backfill_gap_resolved"))
+	require.Empty(t, h.logs.MustRecords(t, "backfill_gap_resolved"))
 	h.advance(10 * time.Minute)
 	require.Equal(t, 4, h.ch.fetchCount(gA), "no check after the last recheck")
 }
@@ -803,7 +770,7 @@ func TestCoordinatorGapAfterReconnectWaitsForBackfill(t *testing.T) {
 	fetches := h.ch.fetchCount(gA)
 	h.say(gA, bob, "s7", chantest.WithSeq(7))
 	h.settle()
-	det := h.logs.records(t, "backfill_gap_detected")
+	det := h.logs.MustRecords(t, "backfill_gap_detected")
 	require.Len(t, det, 1)
 	require.EqualValues(t, 4, det[0]["from"])
 	require.EqualValues(t, 6, det[0]["to"])
@@ -811,7 +778,7 @@ func TestCoordinatorGapAfterReconnectWaitsForBackfill(t *testing.T) {
 
 	h.advance(time.Second)
 	require.Equal(t, fetches+1, h.ch.fetchCount(gA), "only the backfill fetched")
-	res := h.logs.records(t, "backfill_gap_resolved")
+	res := h.logs.MustRecords(t, "backfill_gap_resolved")
 	require.Len(t, res, 1)
 	require.EqualValues(t, 1, res[0]["checks"])
 	require.Equal(t, map[string]bool{"s4": true, "s5": true, "s6": true}, byText(h.enqueued()))
@@ -834,14 +801,14 @@ func TestCoordinatorGapFirstMessageOfUnknownChat(t *testing.T) {
 	h.state(true, true)
 	h.say(gA, bob, "s5", chantest.WithSeq(5))
 	h.settle()
-	require.Empty(t, h.logs.records(t, "backfill_gap_detected"), "range unknown until the backfill ran")
+	require.Empty(t, h.logs.MustRecords(t, "backfill_gap_detected"), "range unknown until the backfill ran")
 	h.advance(time.Second)
-	det := h.logs.records(t, "backfill_gap_detected")
+	det := h.logs.MustRecords(t, "backfill_gap_detected")
 	require.Len(t, det, 1)
 	require.EqualValues(t, 3, det[0]["from"])
 	require.EqualValues(t, 4, det[0]["to"])
 	h.advanceTo(ct0.Add(5 * time.Minute))
-	un := h.logs.records(t, "backfill_gap_unresolved")
+	un := h.logs.MustRecords(t, "backfill_gap_unresolved")
 	require.Len(t, un, 1)
 	require.Equal(t, []any{3.0, 4.0}, un[0]["missing"])
 }
@@ -862,7 +829,7 @@ func TestCoordinatorDisconnectCancelsRun(t *testing.T) {
 	<-entered
 	h.c.ReportState(t.Context(), channel.State{Connected: false})
 	h.settle()
-	failed := h.logs.records(t, "backfill_failed")
+	failed := h.logs.MustRecords(t, "backfill_failed")
 	require.Len(t, failed, 1)
 	require.Contains(t, fmt.Sprint(failed[0]["errors"]), "context canceled")
 	require.Empty(t, h.cp.saved(), "debt: no checkpoint")

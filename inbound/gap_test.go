@@ -56,18 +56,18 @@ func TestObserveLiveIgnores(t *testing.T) {
 		mod(&ev)
 		h.c.ObserveLive(t.Context(), ev)
 		h.settle()
-		require.Empty(t, h.logs.records(t, "backfill_gap_detected"), name)
+		require.Empty(t, h.logs.MustRecords(t, "backfill_gap_detected"), name)
 	}
 	// Seqs from backfill and journal still count as seen: 71 follows 70.
 	ev := base
 	ev.Seq = 71
 	h.c.ObserveLive(t.Context(), ev)
 	h.settle()
-	require.Empty(t, h.logs.records(t, "backfill_gap_detected"))
+	require.Empty(t, h.logs.MustRecords(t, "backfill_gap_detected"))
 	// A redelivery of a seen seq is no jump.
 	h.c.ObserveLive(t.Context(), ev)
 	h.settle()
-	require.Empty(t, h.logs.records(t, "backfill_gap_detected"))
+	require.Empty(t, h.logs.MustRecords(t, "backfill_gap_detected"))
 
 	// Without history, seqs are tracked but no gap check is scheduled.
 	bare := newCoHarness(t, func(cfg *CoordinatorConfig, h *coHarness) { cfg.Channel = h.ch.Bare() })
@@ -78,7 +78,7 @@ func TestObserveLiveIgnores(t *testing.T) {
 	ev.Seq = 10
 	bare.c.ObserveLive(t.Context(), ev)
 	bare.settle()
-	require.Empty(t, bare.logs.records(t, "backfill_gap_detected"))
+	require.Empty(t, bare.logs.MustRecords(t, "backfill_gap_detected"))
 }
 
 // Everything at once from several goroutines, for the race detector.

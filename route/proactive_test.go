@@ -1,14 +1,12 @@
 package route_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -20,6 +18,7 @@ import (
 	"github.com/personakit/persona/clock"
 	"github.com/personakit/persona/gate"
 	"github.com/personakit/persona/gate/gatetest"
+	"github.com/personakit/persona/internal/logbuf"
 	"github.com/personakit/persona/route"
 )
 
@@ -27,48 +26,17 @@ var now0 = time.Date(2026, 3, 2, 14, 0, 0, 0, time.UTC)
 
 const session = "default:onebot:bot1:group:g1"
 
-// syncBuffer is a goroutine-safe log sink.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-// records returns the logged JSON records with the given message.
-func (s *syncBuffer) records(t *testing.T, msg string) []map[string]any {
-	t.Helper()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var out []map[string]any
-	for _, l := range strings.Split(strings.TrimSpace(s.b.String()), "\n") {
-		if l == "" {
-			continue
-		}
-		var m map[string]any
-		require.NoError(t, json.Unmarshal([]byte(l), &m))
-		if m["msg"] == msg {
-			out = append(out, m)
-		}
-	}
-	return out
-}
-
 type fixture struct {
 	router *route.ModelRouter
 	model  *agenttest.Model
 	flags  *gatetest.Flags
 	clk    *clock.Fake
-	logs   *syncBuffer
+	logs   *logbuf.Buffer
 }
 
 func newFixture(t *testing.T, model *agenttest.Model, mod func(c *route.Config)) *fixture {
 	t.Helper()
-	f := &fixture{model: model, flags: gatetest.NewFlags(), clk: clock.NewFake(now0), logs: &syncBuffer{}}
+	f := &fixture{model: model, flags: gatetest.NewFlags(), clk: clock.NewFake(now0), logs: &logbuf.Buffer{}}
 	cfg := route.Config{Model: model, Flags: f.flags, Clock: f.clk, Aliases: []string{"Mira"},
 		Logger: slog.New(slog.NewJSONHandler(f.logs, nil))}
 	if mod != nil {
@@ -251,7 +219,7 @@ func TestRouterOutcomes(t *testing.T) {
 				require.Equal(t, agent.PurposeRouter, req.Purpose)
 				require.True(t, req.JSON)
 			}
-			logs := f.logs.records(t, "proactive_reply_route")
+			logs := f.logs.MustRecords(t, "proactive_reply_route")
 			require.Len(t, logs, 1, "one record per rating")
 			require.Equal(t, "m9", logs[0]["message_id"])
 			require.Equal(t, d.Reason, logs[0]["reason"])
@@ -454,7 +422,7 @@ func TestRouterSeveralCandidates(t *testing.T) {
 	require.True(t, d.Others[1].Reply)
 	require.Equal(t, route.IgnoredRouterStop, d.Others[2].Code)
 	require.Equal(t, "m10", d.Target, "the most recent directed candidate")
-	require.Len(t, f.logs.records(t, "proactive_reply_route"), 4)
+	require.Len(t, f.logs.MustRecords(t, "proactive_reply_route"), 4)
 
 	var p struct {
 		Transcript []map[string]any `json:"transcript"`

@@ -10,7 +10,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -19,33 +18,16 @@ import (
 	"github.com/personakit/persona/agent/openai"
 	"github.com/personakit/persona/channel/onebot"
 	"github.com/personakit/persona/channel/onebot/onebottest"
+	"github.com/personakit/persona/internal/logbuf"
 )
 
 // waitTimeout bounds every wait: a deadline for things to happen, never a
 // timing assertion.
 const waitTimeout = 20 * time.Second
 
-// syncBuffer is an io.Writer the bot writes to while the test reads it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // waitFor waits until re matches what was written to buf and returns the
 // match with its groups.
-func waitFor(t *testing.T, buf *syncBuffer, re string) []string {
+func waitFor(t *testing.T, buf *logbuf.Buffer, re string) []string {
 	t.Helper()
 	rx := regexp.MustCompile(re)
 	deadline := time.Now().Add(waitTimeout)
@@ -62,14 +44,14 @@ func waitFor(t *testing.T, buf *syncBuffer, re string) []string {
 
 // bot is run() on a goroutine with captured output.
 type bot struct {
-	stdout, stderr *syncBuffer
+	stdout, stderr *logbuf.Buffer
 }
 
 // startBot runs the bot with env until the test ends; run must then return
 // nil.
 func startBot(t *testing.T, env map[string]string) *bot {
 	t.Helper()
-	b := &bot{stdout: &syncBuffer{}, stderr: &syncBuffer{}}
+	b := &bot{stdout: &logbuf.Buffer{}, stderr: &logbuf.Buffer{}}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- run(ctx, func(k string) string { return env[k] }, b.stdout, b.stderr) }()

@@ -17,33 +17,16 @@ import (
 	"github.com/personakit/persona/agent/openai"
 	"github.com/personakit/persona/channel/telegram"
 	"github.com/personakit/persona/channel/telegram/telegramtest"
+	"github.com/personakit/persona/internal/logbuf"
 )
 
 // waitTimeout bounds every wait: a deadline for things to happen, never a
 // timing assertion.
 const waitTimeout = 20 * time.Second
 
-// syncBuffer is an io.Writer the bot writes to while the test reads it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // waitFor waits until re matches what was written to buf and returns the
 // match with its groups.
-func waitFor(t *testing.T, buf *syncBuffer, re string) []string {
+func waitFor(t *testing.T, buf *logbuf.Buffer, re string) []string {
 	t.Helper()
 	rx := regexp.MustCompile(re)
 	deadline := time.Now().Add(waitTimeout)
@@ -60,7 +43,7 @@ func waitFor(t *testing.T, buf *syncBuffer, re string) []string {
 
 // bot is run() on a goroutine with captured output.
 type bot struct {
-	stdout, stderr *syncBuffer
+	stdout, stderr *logbuf.Buffer
 	stop           func() error
 }
 
@@ -68,7 +51,7 @@ type bot struct {
 // must then return nil.
 func startBot(t *testing.T, env map[string]string) *bot {
 	t.Helper()
-	b := &bot{stdout: &syncBuffer{}, stderr: &syncBuffer{}}
+	b := &bot{stdout: &logbuf.Buffer{}, stderr: &logbuf.Buffer{}}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- run(ctx, func(k string) string { return env[k] }, b.stdout, b.stderr) }()
@@ -219,7 +202,7 @@ func TestWrongToken(t *testing.T) {
 	env := envFor(t, srv)
 	env[envToken] = "42:not-the-right-secret"
 	ctx := tctx(t)
-	var stdout, stderr syncBuffer
+	var stdout, stderr logbuf.Buffer
 	err := run(ctx, func(k string) string { return env[k] }, &stdout, &stderr)
 	require.ErrorIs(t, err, telegram.ErrUnauthorized)
 	require.ErrorContains(t, err, "check PERSONA_TELEGRAM_TOKEN")

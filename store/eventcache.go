@@ -51,9 +51,7 @@ func (c *eventCache) recentStmt(ctx context.Context, db *sql.DB) (*sql.Stmt, err
 // payload is unchanged. The returned event shares its slices with the cache;
 // callers must not modify them.
 func (c *eventCache) decode(key string, payload []byte) (channel.Event, error) {
-	h := fnv.New64a()
-	_, _ = h.Write(payload)
-	sum := h.Sum64()
+	sum := payloadSum(payload)
 	c.mu.Lock()
 	ce, ok := c.m[key]
 	c.mu.Unlock()
@@ -64,30 +62,23 @@ func (c *eventCache) decode(key string, payload []byte) (channel.Event, error) {
 	if err := json.Unmarshal(payload, &ev); err != nil {
 		return channel.Event{}, err
 	}
-	c.mu.Lock()
-	if len(c.m) >= eventCacheSize {
-		n := 0
-		for k := range c.m { // drop about half, in map order
-			delete(c.m, k)
-			if n++; n >= eventCacheSize/2 {
-				break
-			}
-		}
-	}
-	c.m[key] = cachedEvent{sum: sum, ev: ev}
-	c.mu.Unlock()
+	c.store(key, sum, ev)
 	return ev, nil
 }
 
 // put caches ev as the decoded form of payload under key.
 func (c *eventCache) put(key string, payload []byte, ev channel.Event) {
-	h := fnv.New64a()
-	_, _ = h.Write(payload)
-	sum := h.Sum64()
+	c.store(key, payloadSum(payload), ev)
+}
+
+// store caches ev under key, dropping about half the entries (in map
+// order) when the cache is full.
+func (c *eventCache) store(key string, sum uint64, ev channel.Event) {
 	c.mu.Lock()
+	defer c.mu.Unlock()
 	if len(c.m) >= eventCacheSize {
 		n := 0
-		for k := range c.m { // drop about half, in map order
+		for k := range c.m {
 			delete(c.m, k)
 			if n++; n >= eventCacheSize/2 {
 				break
@@ -95,7 +86,13 @@ func (c *eventCache) put(key string, payload []byte, ev channel.Event) {
 		}
 	}
 	c.m[key] = cachedEvent{sum: sum, ev: ev}
-	c.mu.Unlock()
+}
+
+// payloadSum is the FNV-1a hash an entry is checked against.
+func payloadSum(payload []byte) uint64 {
+	h := fnv.New64a()
+	_, _ = h.Write(payload)
+	return h.Sum64()
 }
 
 // storedEvent is ev as decoding its stored JSON gives it back, built

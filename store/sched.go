@@ -75,45 +75,68 @@ func (it *schedItem) claimableAt() int64 {
 	return it.availableAt
 }
 
-// readyHeap orders a session's claimable items in claim order.
-type readyHeap []*schedItem
+// idxHeap is a container/heap of elements that know their position in it
+// (so an element can be removed or fixed in O(log n)); O supplies the order
+// and the position field.
+type idxHeap[T any, O heapOrder[T]] []T
 
-func (h readyHeap) Len() int           { return len(h) }
-func (h readyHeap) Less(i, j int) bool { return claimBefore(h[i], h[j]) }
-func (h readyHeap) Swap(i, j int) {
+// heapOrder orders the elements of an idxHeap and locates their position
+// field.
+type heapOrder[T any] interface {
+	less(a, b T) bool
+	pos(T) *int
+}
+
+func (h idxHeap[T, O]) Len() int           { return len(h) }
+func (h idxHeap[T, O]) Less(i, j int) bool { var o O; return o.less(h[i], h[j]) }
+func (h idxHeap[T, O]) Swap(i, j int) {
+	var o O
 	h[i], h[j] = h[j], h[i]
-	h[i].heapIdx, h[j].heapIdx = i, j
+	*o.pos(h[i]), *o.pos(h[j]) = i, j
 }
-func (h *readyHeap) Push(x any) { it := x.(*schedItem); it.heapIdx = len(*h); *h = append(*h, it) }
-func (h *readyHeap) Pop() any {
+func (h *idxHeap[T, O]) Push(x any) {
+	var o O
+	v := x.(T)
+	*o.pos(v) = len(*h)
+	*h = append(*h, v)
+}
+func (h *idxHeap[T, O]) Pop() any {
+	var (
+		o    O
+		zero T
+	)
 	old := *h
-	it := old[len(old)-1]
-	old[len(old)-1] = nil
+	v := old[len(old)-1]
+	old[len(old)-1] = zero
 	*h = old[:len(old)-1]
-	it.heapIdx = -1
-	return it
+	*o.pos(v) = -1
+	return v
 }
 
-// timeHeap orders items by the time they become claimable.
-type timeHeap []*schedItem
+// byClaim orders items in claim order; byTime by the time they become
+// claimable; byBestItem sessions by their best claimable item.
+type (
+	byClaim    struct{}
+	byTime     struct{}
+	byBestItem struct{}
+)
 
-func (h timeHeap) Len() int { return len(h) }
-func (h timeHeap) Less(i, j int) bool {
-	return h[i].claimableAt() < h[j].claimableAt()
-}
-func (h timeHeap) Swap(i, j int) {
-	h[i], h[j] = h[j], h[i]
-	h[i].heapIdx, h[j].heapIdx = i, j
-}
-func (h *timeHeap) Push(x any) { it := x.(*schedItem); it.heapIdx = len(*h); *h = append(*h, it) }
-func (h *timeHeap) Pop() any {
-	old := *h
-	it := old[len(old)-1]
-	old[len(old)-1] = nil
-	*h = old[:len(old)-1]
-	it.heapIdx = -1
-	return it
-}
+func (byClaim) less(a, b *schedItem) bool       { return claimBefore(a, b) }
+func (byClaim) pos(it *schedItem) *int          { return &it.heapIdx }
+func (byTime) less(a, b *schedItem) bool        { return a.claimableAt() < b.claimableAt() }
+func (byTime) pos(it *schedItem) *int           { return &it.heapIdx }
+func (byBestItem) less(a, b *schedSession) bool { return claimBefore(a.ready[0], b.ready[0]) }
+func (byBestItem) pos(ss *schedSession) *int    { return &ss.idx }
+
+type (
+	// readyHeap holds a session's claimable items in claim order.
+	readyHeap = idxHeap[*schedItem, byClaim]
+	// timeHeap holds items by the time they become claimable.
+	timeHeap = idxHeap[*schedItem, byTime]
+	// sessionHeap holds the sessions that have claimable items by their
+	// best item.
+	sessionHeap = idxHeap[*schedSession, byBestItem]
+)
 
 // schedSession is one session with live items.
 type schedSession struct {
@@ -122,26 +145,6 @@ type schedSession struct {
 	inflight int // unexpired leases (and items being claimed)
 	live     int // live items of the session
 	idx      int // position in sched.sessions heap, -1 when not in it
-}
-
-// sessionHeap orders the sessions that have claimable items by their best
-// item.
-type sessionHeap []*schedSession
-
-func (h sessionHeap) Len() int           { return len(h) }
-func (h sessionHeap) Less(i, j int) bool { return claimBefore(h[i].ready[0], h[j].ready[0]) }
-func (h sessionHeap) Swap(i, j int) {
-	h[i], h[j] = h[j], h[i]
-	h[i].idx, h[j].idx = i, j
-}
-func (h *sessionHeap) Push(x any) { s := x.(*schedSession); s.idx = len(*h); *h = append(*h, s) }
-func (h *sessionHeap) Pop() any {
-	old := *h
-	s := old[len(old)-1]
-	old[len(old)-1] = nil
-	*h = old[:len(old)-1]
-	s.idx = -1
-	return s
 }
 
 // sched is the claim index (see above). All methods take mu.

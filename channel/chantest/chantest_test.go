@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -24,42 +23,12 @@ var (
 	alice = channel.Sender{ID: "u1", Name: "Alice"}
 )
 
-// sink records events and states; handle, when set, decides the answer.
-type sink struct {
-	mu     sync.Mutex
-	events []channel.Event
-	states []channel.State
-	handle func(channel.Event) error
-}
-
-func (s *sink) HandleEvent(_ context.Context, ev channel.Event) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.events = append(s.events, ev)
-	if s.handle != nil {
-		return s.handle(ev)
-	}
-	return nil
-}
-
-func (s *sink) ReportState(_ context.Context, st channel.State) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.states = append(s.states, st)
-}
-
-func (s *sink) snapshot() ([]channel.Event, []channel.State) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return append([]channel.Event(nil), s.events...), append([]channel.State(nil), s.states...)
-}
-
 // running starts Run on a new channel and returns it with its sink; Run is
 // stopped (and its nil result checked) at cleanup.
-func running(t *testing.T, cfg chantest.Config) (*chantest.Channel, *sink) {
+func running(t *testing.T, cfg chantest.Config) (*chantest.Channel, *chantest.Recorder) {
 	t.Helper()
 	c := chantest.New(cfg)
-	s := &sink{}
+	s := chantest.NewRecorder()
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
 	go func() { done <- c.Run(ctx, s) }()
@@ -94,7 +63,7 @@ func TestRunLifecycle(t *testing.T) {
 	c := chantest.New(chantest.Config{Platform: "p", BotID: "b"})
 	require.Error(t, c.Run(t.Context(), nil), "nil sink")
 
-	s := &sink{}
+	s := chantest.NewRecorder()
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
 	go func() { done <- c.Run(ctx, s) }()
@@ -105,7 +74,7 @@ func TestRunLifecycle(t *testing.T) {
 	cancel()
 	require.NoError(t, <-done)
 	require.False(t, c.Running())
-	_, states := s.snapshot()
+	states := s.States()
 	require.Equal(t, []channel.State{
 		{Platform: "p", BotID: "b", Connected: true, Online: true, Reason: "connected"},
 		{Platform: "p", BotID: "b", Reason: "stopped"},
@@ -127,14 +96,14 @@ func TestInjectWaitsForRunOrContext(t *testing.T) {
 	err := c.Inject(ctx, channel.Event{Chat: group})
 	require.ErrorIs(t, err, context.Canceled)
 
-	s := &sink{}
+	s := chantest.NewRecorder()
 	injected := make(chan error, 1)
 	go func() { injected <- c.Inject(t.Context(), channel.Event{Chat: group, MessageID: "m1"}) }()
 	runCtx, stop := context.WithCancel(t.Context())
 	defer stop()
 	go func() { _ = c.Run(runCtx, s) }()
 	require.NoError(t, <-injected)
-	events, _ := s.snapshot()
+	events := s.Received()
 	require.Len(t, events, 1)
 	require.Equal(t, "m1", events[0].MessageID)
 }
@@ -150,7 +119,7 @@ func TestInjectFillsDefaults(t *testing.T) {
 	explicit := channel.Event{Platform: "x", BotID: "y", Kind: channel.KindSelf, Chat: dm, MessageID: "own", Time: t0.Add(-time.Hour), Source: channel.SourceBackfill}
 	require.NoError(t, c.Inject(ctx, explicit))
 
-	events, _ := s.snapshot()
+	events := s.Received()
 	require.Equal(t, channel.KindNotice, events[0].Kind)
 	require.Empty(t, events[0].MessageID, "notices get no generated message id")
 	events = events[1:]
@@ -175,14 +144,12 @@ func TestInjectReturnsSinkError(t *testing.T) {
 	t.Parallel()
 	c, s := running(t, chantest.Config{})
 	nack := errors.New("store down")
-	s.mu.Lock()
-	s.handle = func(ev channel.Event) error {
+	s.SetHandler(func(_ context.Context, ev channel.Event) error {
 		if ev.MessageID == "bad" {
 			return nack
 		}
 		return nil
-	}
-	s.mu.Unlock()
+	})
 	require.ErrorIs(t, c.Inject(t.Context(), channel.Event{Chat: group, MessageID: "bad"}), nack)
 	require.NoError(t, c.Inject(t.Context(), channel.Event{Chat: group, MessageID: "good"}))
 	// The platform keeps both, whatever the bot answered.
@@ -411,7 +378,7 @@ func TestSetOnlineReportsState(t *testing.T) {
 	c.SetOnline(t.Context(), false)
 	require.False(t, c.Online())
 	c.SetOnline(t.Context(), true)
-	_, states := s.snapshot()
+	states := s.States()
 	require.Equal(t, []channel.State{
 		{Platform: "p", BotID: "b", Connected: true, Online: true, Reason: "connected"},
 		{Platform: "p", BotID: "b", Connected: true, Reason: "account offline"},
@@ -621,7 +588,7 @@ func TestConcurrentUse(t *testing.T) {
 		ids[s.Receipt.MessageIDs[0]] = true
 	}
 	require.Len(t, ids, n, "unique receipt ids")
-	events, _ := s.snapshot()
+	events := s.Received()
 	in := map[string]bool{}
 	for _, ev := range events {
 		if strings.HasPrefix(ev.MessageID, "in-") {

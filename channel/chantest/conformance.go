@@ -132,9 +132,6 @@ var (
 // DefaultTimeout bounds each conformance subtest when Env.Timeout is zero.
 const DefaultTimeout = 10 * time.Second
 
-// errNack is what the conformance sink returns when told to fail.
-var errNack = errors.New("chantest: conformance sink refuses the event")
-
 // Conformance runs the adapter duties of SPEC §1.2 as subtests against the
 // adapter and fake platform that h starts: normalisation of group and private
 // messages, mentions, quotes, text round trips, sends and receipts, reply-to,
@@ -185,7 +182,7 @@ func checkName(t *testing.T, s *session) {
 
 func checkReportsOnline(t *testing.T, s *session) {
 	s.run(t)
-	st := s.sink.states()
+	st := s.sink.States()
 	i := slices.IndexFunc(st, func(x channel.State) bool { return x.Connected && x.Online })
 	require.GreaterOrEqual(t, i, 0, "states: %+v", st)
 	require.Equal(t, s.env.Channel.Name(), st[i].Platform, "State.Platform")
@@ -312,7 +309,7 @@ func checkSendMentions(t *testing.T, s *session) {
 
 func checkNack(t *testing.T, s *session) {
 	s.run(t)
-	s.sink.failNext(1)
+	s.sink.FailNext(1)
 	inA := Inbound{Chat: s.env.Group, From: s.env.User, Text: "refused once"}
 	idA, err := s.env.Platform.Emit(s.ctx, inA)
 	if idA == "" {
@@ -392,7 +389,7 @@ func checkOffline(t *testing.T, s *session) {
 		t.Skip("Caps.Offline not set")
 	}
 	s.run(t)
-	seen := len(s.sink.states())
+	seen := len(s.sink.States())
 	require.NoError(t, s.env.Platform.SetOffline(s.ctx, true), "SetOffline(true)")
 	s.waitState(t, "an offline state report", seen, func(st channel.State) bool { return !st.Connected || !st.Online })
 
@@ -400,7 +397,7 @@ func checkOffline(t *testing.T, s *session) {
 	require.Error(t, err, "Send while offline")
 	require.Equal(t, channel.ClassOffline, channel.Classify(err), "class of %v", err)
 
-	seen = len(s.sink.states())
+	seen = len(s.sink.States())
 	require.NoError(t, s.env.Platform.SetOffline(s.ctx, false), "SetOffline(false)")
 	s.waitState(t, "an online state report", seen, func(st channel.State) bool { return st.Connected && st.Online })
 	text := "back online"
@@ -446,10 +443,19 @@ func checkReceipt(t *testing.T, rc channel.Receipt, d Delivered) {
 type session struct {
 	env     Env
 	ctx     context.Context // the subtest deadline
-	sink    *recSink
+	sink    *Recorder
 	stop    context.CancelFunc
 	runDone chan error
+	// waitCtx is ctx, also cancelled with a runEnded cause when Run
+	// returns: waits stop on either.
+	waitCtx context.Context
+	ended   context.CancelCauseFunc
 }
+
+// runEnded is the cancel cause of session.waitCtx when Run returned.
+type runEnded struct{ err error }
+
+func (e runEnded) Error() string { return fmt.Sprintf("Run returned %v", e.err) }
 
 func newSession(t *testing.T, h Harness) *session {
 	env := h.Start(t)
@@ -465,7 +471,9 @@ func newSession(t *testing.T, h Harness) *session {
 	env.Timeout = cmp.Or(env.Timeout, DefaultTimeout)
 	ctx, cancel := context.WithTimeout(t.Context(), env.Timeout)
 	t.Cleanup(cancel)
-	return &session{env: env, ctx: ctx, sink: newRecSink()}
+	waitCtx, ended := context.WithCancelCause(ctx)
+	t.Cleanup(func() { ended(nil) })
+	return &session{env: env, ctx: ctx, sink: NewRecorder(), waitCtx: waitCtx, ended: ended}
 }
 
 func (s *session) private() channel.Chat {
@@ -478,7 +486,11 @@ func (s *session) run(t *testing.T) {
 	runCtx, stop := context.WithCancel(s.ctx)
 	s.stop = stop
 	s.runDone = make(chan error, 1)
-	go func() { s.runDone <- s.env.Channel.Run(runCtx, s.sink) }()
+	go func() {
+		err := s.env.Channel.Run(runCtx, s.sink)
+		s.runDone <- err
+		s.ended(runEnded{err})
+	}()
 	t.Cleanup(func() {
 		stop()
 		// Bounded by a fresh deadline: the subtest's may be spent.
@@ -510,10 +522,10 @@ func (s *session) emit(t *testing.T, in Inbound) (string, channel.Event) {
 func (s *session) waitEvent(t *testing.T, what string, refused bool, id string) channel.Event {
 	t.Helper()
 	var ev channel.Event
-	s.wait(t, what, func(r *recSink) bool {
-		list := r.accepted
+	s.wait(t, what, func(accepted, nacked []channel.Event, _ []channel.State) bool {
+		list := accepted
 		if refused {
-			list = r.refused
+			list = nacked
 		}
 		for _, e := range list {
 			if e.MessageID == id && e.Kind == channel.KindMessage {
@@ -530,34 +542,23 @@ func (s *session) waitEvent(t *testing.T, what string, refused bool, id string) 
 // satisfies ok.
 func (s *session) waitState(t *testing.T, what string, from int, ok func(channel.State) bool) {
 	t.Helper()
-	s.wait(t, what, func(r *recSink) bool {
-		return from <= len(r.st) && slices.ContainsFunc(r.st[from:], ok)
+	s.wait(t, what, func(_, _ []channel.Event, st []channel.State) bool {
+		return from <= len(st) && slices.ContainsFunc(st[from:], ok)
 	})
 }
 
-// wait blocks until cond (called with the sink locked) holds, failing on the
+// wait blocks until cond (see [Recorder.Wait]) holds, failing on the
 // subtest deadline or when Run returns early.
-func (s *session) wait(t *testing.T, what string, cond func(r *recSink) bool) {
+func (s *session) wait(t *testing.T, what string, cond func(accepted, refused []channel.Event, st []channel.State) bool) {
 	t.Helper()
-	for {
-		s.sink.mu.Lock()
-		done, ch := cond(s.sink), s.sink.changed
-		s.sink.mu.Unlock()
-		if done {
-			return
-		}
-		select {
-		case <-ch:
-		case err := <-s.runDone:
-			s.runDone <- err
-			require.Failf(t, "Run returned early", "waiting for %s: Run returned %v", what, err)
-		case <-s.ctx.Done():
-			s.sink.mu.Lock()
-			acc, st := len(s.sink.accepted), slices.Clone(s.sink.st)
-			s.sink.mu.Unlock()
-			require.Failf(t, "timed out", "waiting for %s (%d events accepted, states %+v)", what, acc, st)
-		}
+	if s.sink.Wait(s.waitCtx, cond) == nil {
+		return
 	}
+	var ended runEnded
+	if errors.As(context.Cause(s.waitCtx), &ended) {
+		require.Failf(t, "Run returned early", "waiting for %s: Run returned %v", what, ended.err)
+	}
+	require.Failf(t, "timed out", "waiting for %s (%d events accepted, states %+v)", what, len(s.sink.Events()), s.sink.States())
 }
 
 // checkEvent checks the normalisation of an emitted message.
@@ -588,53 +589,4 @@ func (s *session) deliveredOnce(t *testing.T, chat channel.Chat, text string) De
 	}
 	require.Len(t, hits, 1, "deliveries of %q to %s among %d received", text, chat, len(got))
 	return hits[0]
-}
-
-// recSink records what the adapter hands to the pipeline.
-type recSink struct {
-	mu       sync.Mutex
-	changed  chan struct{}
-	fail     int
-	accepted []channel.Event
-	refused  []channel.Event
-	st       []channel.State
-}
-
-func newRecSink() *recSink { return &recSink{changed: make(chan struct{})} }
-
-func (r *recSink) notifyLocked() {
-	close(r.changed)
-	r.changed = make(chan struct{})
-}
-
-func (r *recSink) HandleEvent(_ context.Context, ev channel.Event) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	defer r.notifyLocked()
-	if r.fail > 0 {
-		r.fail--
-		r.refused = append(r.refused, ev)
-		return errNack
-	}
-	r.accepted = append(r.accepted, ev)
-	return nil
-}
-
-func (r *recSink) ReportState(_ context.Context, st channel.State) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.st = append(r.st, st)
-	r.notifyLocked()
-}
-
-func (r *recSink) failNext(n int) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.fail = n
-}
-
-func (r *recSink) states() []channel.State {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return slices.Clone(r.st)
 }

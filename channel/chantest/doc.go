@@ -16,6 +16,11 @@
 // recall, member lookup, text limit) over the messages it has seen;
 // [Channel.Bare] hides them.
 //
+// [Recorder] is the sink for adapter tests: it records the events it accepts
+// and refuses and every state report, refuses events on demand
+// ([Recorder.FailNext], [Recorder.SetHandler]) and waits for a condition
+// ([Recorder.Wait]).
+//
 //	ch := chantest.New(chantest.Config{Clock: fakeClock})
 //	go ch.Run(ctx, pipeline)
 //	ev, err := ch.Say(ctx, group, alice, "hi", chantest.MentionBot())

@@ -317,7 +317,7 @@ func TestCapabilities(t *testing.T) {
 			_, err = r.ch.Call(ctx, "get_version_info_async", nil)
 			require.NoError(t, err)
 
-			evs, _ := s.snapshot()
+			evs := s.Events()
 			require.Empty(t, evs, "nothing was pushed")
 		})
 	}
@@ -428,7 +428,7 @@ func TestHistoryDialects(t *testing.T) {
 			}
 			require.Equal(t, want, got)
 			require.Equal(t, 1, self)
-			evs, _ := s.snapshot()
+			evs := s.Events()
 			require.Empty(t, evs, "the lost pushes never arrived live")
 
 			// The parameters follow the dialect.
@@ -500,7 +500,7 @@ func TestNackRedelivery(t *testing.T) {
 	r := reverseRig(t, onebottest.Config{}, onebot.Config{Clock: clk, BackoffMin: time.Second, BackoffMax: time.Minute})
 	s := r.run(t)
 	ctx := tctx(t)
-	s.failNext(2)
+	s.FailNext(2)
 	a, err := r.fake.EmitMessage(ctx, onebottest.Incoming{GroupID: 100200300, UserID: 4242, Message: onebot.Message{text("a")}})
 	require.NoError(t, err)
 	b, err := r.fake.EmitMessage(ctx, onebottest.Incoming{GroupID: 100200300, UserID: 4242, Message: onebot.Message{text("b")}})
@@ -512,7 +512,7 @@ func TestNackRedelivery(t *testing.T) {
 		clk.Advance(d)
 	}
 	s.waitMessage(t, itoa(int64(b.ID)))
-	evs, _ := s.snapshot()
+	evs := s.Events()
 	require.Equal(t, []string{itoa(int64(a.ID)), itoa(int64(b.ID))}, []string{evs[0].MessageID, evs[1].MessageID}, "order kept")
 }
 

@@ -50,7 +50,7 @@ func TestBadFramesWebSocket(t *testing.T) {
 			require.Len(t, r.logs.all("unknown_event"), 1)
 			require.Len(t, r.logs.all("invalid_event"), 3)
 			require.Empty(t, r.logs.all("disconnected"), "the connection survives bad frames")
-			evs, _ := s.snapshot()
+			evs := s.Events()
 			require.Len(t, evs, 1, "no bad frame became an event")
 		})
 	}
@@ -156,7 +156,7 @@ func TestForwardWrongToken(t *testing.T) {
 	require.NotEmpty(t, r.logs.all("reconnect_scheduled"))
 	cancel()
 	require.NoError(t, <-done)
-	_, sts := s.snapshot()
+	sts := s.States()
 	for _, st := range sts {
 		require.False(t, st.Connected, "never connected with a wrong token: %+v", st)
 	}
@@ -204,11 +204,11 @@ func TestHTTPReceiverBadInput(t *testing.T) {
 	require.Equal(t, http.StatusNoContent, post(t, r.url, msg, sig(msg)))
 	ev := s.waitMessage(t, "77")
 	require.Equal(t, "hi", ev.Text())
-	evs, _ := s.snapshot()
+	evs := s.Events()
 	require.Len(t, evs, 1)
 
 	// A refused event is answered 503 so the implementation may retry.
-	s.failNext(1)
+	s.FailNext(1)
 	msg2 := strings.Replace(msg, `"message_id":77`, `"message_id":78`, 1)
 	require.Equal(t, http.StatusServiceUnavailable, post(t, r.url, msg2, sig(msg2)))
 	require.Len(t, r.logs.all("event_nacked"), 1)

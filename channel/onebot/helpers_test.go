@@ -2,7 +2,6 @@ package onebot_test
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"net"
 	"net/http/httptest"
@@ -15,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/personakit/persona/channel"
+	"github.com/personakit/persona/channel/chantest"
 	"github.com/personakit/persona/channel/onebot"
 	"github.com/personakit/persona/channel/onebot/onebottest"
 )
@@ -119,72 +119,21 @@ func (h *logHandler) WithAttrs(as []slog.Attr) slog.Handler {
 
 func (h *logHandler) WithGroup(string) slog.Handler { return h }
 
-// sink records events and states; it can refuse the next events.
-type sink struct {
-	mu      sync.Mutex
-	changed chan struct{}
-	fail    int
-	events  []channel.Event
-	refused []channel.Event
-	states  []channel.State
-}
+// sink is the Recorder the adapter under test reports to, with this
+// package's wait helpers.
+type sink struct{ *chantest.Recorder }
 
-func newSink() *sink { return &sink{changed: make(chan struct{})} }
+func newSink() *sink { return &sink{chantest.NewRecorder()} }
 
-func (s *sink) notifyLocked() {
-	close(s.changed)
-	s.changed = make(chan struct{})
-}
-
-func (s *sink) HandleEvent(_ context.Context, ev channel.Event) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	defer s.notifyLocked()
-	if s.fail > 0 {
-		s.fail--
-		s.refused = append(s.refused, ev)
-		return fmt.Errorf("test sink refuses %s", ev.Key())
-	}
-	s.events = append(s.events, ev)
-	return nil
-}
-
-func (s *sink) ReportState(_ context.Context, st channel.State) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.states = append(s.states, st)
-	s.notifyLocked()
-}
-
-func (s *sink) failNext(n int) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.fail = n
-}
-
-func (s *sink) snapshot() ([]channel.Event, []channel.State) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return slices.Clone(s.events), slices.Clone(s.states)
-}
-
+// wait waits until cond holds for the accepted events and the state
+// reports (see [chantest.Recorder.Wait]).
 func (s *sink) wait(t *testing.T, what string, cond func(evs []channel.Event, sts []channel.State) bool) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), waitTimeout)
 	defer cancel()
-	for {
-		s.mu.Lock()
-		ok, ch := cond(s.events, s.states), s.changed
-		s.mu.Unlock()
-		if ok {
-			return
-		}
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			evs, sts := s.snapshot()
-			require.Failf(t, "timed out", "waiting for %s; events %d, states %+v", what, len(evs), sts)
-		}
+	err := s.Wait(ctx, func(evs, _ []channel.Event, sts []channel.State) bool { return cond(evs, sts) })
+	if err != nil {
+		require.Failf(t, "timed out", "waiting for %s; events %d, states %+v", what, len(s.Events()), s.States())
 	}
 }
 
@@ -218,11 +167,7 @@ func (s *sink) waitState(t *testing.T, what string, from int, pred func(channel.
 	})
 }
 
-func (s *sink) stateCount() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.states)
-}
+func (s *sink) stateCount() int { return len(s.States()) }
 
 func isUp(st channel.State) bool { return st.Connected && st.Online }
 

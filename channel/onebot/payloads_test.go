@@ -202,10 +202,10 @@ func TestEventNormalisation(t *testing.T) {
 		`{"time":1,"self_id":10001000,"post_type":"message","message_type":"channel","message_id":1,"user_id":1}`,
 	}
 	for _, tc := range cases {
-		n := len(func() []channel.Event { evs, _ := s.snapshot(); return evs }())
+		n := len(s.Events())
 		require.NoError(t, r.fake.PushRaw(ctx, []byte(tc.payload)), tc.name)
 		s.wait(t, tc.name, func(evs []channel.Event, _ []channel.State) bool { return len(evs) > n })
-		evs, _ := s.snapshot()
+		evs := s.Events()
 		ev := evs[n]
 		require.NoError(t, ev.Validate(), tc.name)
 		require.Equal(t, "onebot", ev.Platform, tc.name)
@@ -213,14 +213,14 @@ func TestEventNormalisation(t *testing.T) {
 		require.Equal(t, channel.SourceLive, ev.Source, tc.name)
 		t.Run(tc.name, func(t *testing.T) { tc.check(t, ev) })
 	}
-	n := len(func() []channel.Event { evs, _ := s.snapshot(); return evs }())
+	n := len(s.Events())
 	for _, p := range silent {
 		require.NoError(t, r.fake.PushRaw(ctx, []byte(p)))
 	}
 	marker, err := r.fake.EmitMessage(ctx, onebottest.Incoming{GroupID: 100200300, UserID: 4242, Message: onebot.Message{text("marker")}})
 	require.NoError(t, err)
 	s.waitMessage(t, itoa(int64(marker.ID)))
-	evs, _ := s.snapshot()
+	evs := s.Events()
 	require.Len(t, evs, n+1, "only the marker arrives after the silent payloads")
 	require.NotEmpty(t, r.logs.all("unknown_event"))
 	require.NotEmpty(t, r.logs.all("invalid_event"))

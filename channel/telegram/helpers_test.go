@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -14,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/personakit/persona/channel"
+	"github.com/personakit/persona/channel/chantest"
 	"github.com/personakit/persona/channel/telegram"
 	"github.com/personakit/persona/channel/telegram/telegramtest"
 )
@@ -52,92 +52,33 @@ func waitLog(t *testing.T, buf *logBuf, s string) {
 		"log line %q never appeared; log:\n%s", s, buf)
 }
 
-// recSink records events and states; handle, when set, decides what
-// HandleEvent returns (the event is recorded only when it returns nil).
-type recSink struct {
-	mu      sync.Mutex
-	changed chan struct{}
-	handle  func(ctx context.Context, ev channel.Event) error
-	events  []channel.Event
-	refused []channel.Event
-	states  []channel.State
-}
+// recSink is the Recorder the adapter under test reports to, with this
+// package's wait helpers. A handler set with SetHandler decides what
+// HandleEvent returns (the event is recorded as accepted only on nil).
+type recSink struct{ *chantest.Recorder }
 
-func newRecSink() *recSink { return &recSink{changed: make(chan struct{})} }
+func newRecSink() *recSink { return &recSink{chantest.NewRecorder()} }
 
-func (r *recSink) notifyLocked() {
-	close(r.changed)
-	r.changed = make(chan struct{})
-}
-
-func (r *recSink) HandleEvent(ctx context.Context, ev channel.Event) error {
-	if r.handle != nil {
-		if err := r.handle(ctx, ev); err != nil {
-			r.mu.Lock()
-			r.refused = append(r.refused, ev)
-			r.notifyLocked()
-			r.mu.Unlock()
-			return err
-		}
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.events = append(r.events, ev)
-	r.notifyLocked()
-	return nil
-}
-
-func (r *recSink) ReportState(_ context.Context, st channel.State) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.states = append(r.states, st)
-	r.notifyLocked()
-}
-
-func (r *recSink) Events() []channel.Event {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return slices.Clone(r.events)
-}
-
-func (r *recSink) States() []channel.State {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return slices.Clone(r.states)
-}
-
-// wait blocks until cond (called with the sink locked) holds.
-func (r *recSink) wait(t *testing.T, what string, cond func(r *recSink) bool) {
+// wait blocks until cond holds (see [chantest.Recorder.Wait]).
+func (r *recSink) wait(t *testing.T, what string, cond func(events, refused []channel.Event, states []channel.State) bool) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), waitTimeout)
 	defer cancel()
-	for {
-		r.mu.Lock()
-		ok, ch := cond(r), r.changed
-		r.mu.Unlock()
-		if ok {
-			return
-		}
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			r.mu.Lock()
-			defer r.mu.Unlock()
-			require.Failf(t, "timed out", "waiting for %s; events %d, refused %d, states %+v", what, len(r.events), len(r.refused), r.states)
-		}
+	if err := r.Wait(ctx, cond); err != nil {
+		require.Failf(t, "timed out", "waiting for %s; events %d, refused %d, states %+v", what, len(r.Events()), len(r.Refused()), r.States())
 	}
 }
 
 func (r *recSink) waitEvents(t *testing.T, n int) []channel.Event {
 	t.Helper()
-	r.wait(t, "events", func(r *recSink) bool { return len(r.events) >= n })
+	r.wait(t, "events", func(evs, _ []channel.Event, _ []channel.State) bool { return len(evs) >= n })
 	return r.Events()
 }
 
 func (r *recSink) waitOnline(t *testing.T, online bool) {
 	t.Helper()
-	r.wait(t, "a state report", func(r *recSink) bool {
-		return len(r.states) > 0 && r.states[len(r.states)-1].Online == online
+	r.wait(t, "a state report", func(_, _ []channel.Event, sts []channel.State) bool {
+		return len(sts) > 0 && sts[len(sts)-1].Online == online
 	})
 }
 

@@ -135,7 +135,7 @@ func TestRestartBetweenGetUpdatesAndEnqueue(t *testing.T) {
 			reached := make(chan struct{})
 			var once sync.Once
 			sink1 := newRecSink()
-			sink1.handle = func(ctx context.Context, ev channel.Event) error {
+			sink1.SetHandler(func(ctx context.Context, ev channel.Event) error {
 				if ev.Text() == "two" {
 					once.Do(func() { close(reached) })
 					if tc.block {
@@ -146,7 +146,7 @@ func TestRestartBetweenGetUpdatesAndEnqueue(t *testing.T) {
 				}
 				dd.enqueue(ev)
 				return nil
-			}
+			})
 			ch1 := newChannel(t, srv, func(c *telegram.Config) { c.OffsetStore = store })
 			stop1 := run(t, ch1, sink1)
 			select {
@@ -165,7 +165,7 @@ func TestRestartBetweenGetUpdatesAndEnqueue(t *testing.T) {
 			store.lose = false
 			store.mu.Unlock()
 			sink2 := newRecSink()
-			sink2.handle = func(_ context.Context, ev channel.Event) error { dd.enqueue(ev); return nil }
+			sink2.SetHandler(func(_ context.Context, ev channel.Event) error { dd.enqueue(ev); return nil })
 			ch2 := newChannel(t, srv, func(c *telegram.Config) { c.OffsetStore = store })
 			run(t, ch2, sink2)
 			require.Eventually(t, func() bool {
@@ -209,7 +209,7 @@ func TestNackBacksOffAndRedelivers(t *testing.T) {
 	var mu sync.Mutex
 	refuse := 2
 	sink := newRecSink()
-	sink.handle = func(context.Context, channel.Event) error {
+	sink.SetHandler(func(context.Context, channel.Event) error {
 		mu.Lock()
 		defer mu.Unlock()
 		if refuse > 0 {
@@ -217,14 +217,14 @@ func TestNackBacksOffAndRedelivers(t *testing.T) {
 			return errors.New("store unavailable")
 		}
 		return nil
-	}
+	})
 	run(t, ch, sink)
 	sink.waitOnline(t, true)
 	_, err := srv.Push(t.Context(), telegramtest.Incoming{Chat: group, From: alice, Text: "hello"})
 	require.NoError(t, err)
 
 	for attempt := 1; attempt <= 2; attempt++ {
-		sink.wait(t, "a refusal", func(r *recSink) bool { return len(r.refused) == attempt })
+		sink.wait(t, "a refusal", func(_, refused []channel.Event, _ []channel.State) bool { return len(refused) == attempt })
 		require.Eventually(t, func() bool { return clk.Pending() == 1 }, waitTimeout, time.Millisecond, "backoff timer")
 		polls := srv.CallCount("getUpdates")
 		_, saved, err := store.LoadOffset(t.Context(), srv.BotID())

@@ -78,12 +78,12 @@ func TestWebhookDelivery(t *testing.T) {
 	// accepted on the next delivery.
 	var refuse atomic.Bool
 	refuse.Store(true)
-	env.sink.handle = func(context.Context, channel.Event) error {
+	env.sink.SetHandler(func(context.Context, channel.Event) error {
 		if refuse.Swap(false) {
 			return errors.New("journal full")
 		}
 		return nil
-	}
+	})
 	_, err = env.srv.Push(t.Context(), telegramtest.Incoming{Chat: group, From: alice, Text: "again", ReplyTo: m.MessageID})
 	require.ErrorContains(t, err, "webhook answered 503")
 	require.Equal(t, 1, env.srv.Pending())

@@ -1,7 +1,6 @@
 package telegram_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
@@ -16,37 +15,20 @@ import (
 	"github.com/personakit/persona/channel/chantest"
 	"github.com/personakit/persona/channel/telegram"
 	"github.com/personakit/persona/channel/telegram/telegramtest"
+	"github.com/personakit/persona/internal/logbuf"
 )
 
 // waitTimeout bounds every wait in these tests; it is a deadline for
 // things to happen, never a timing assertion.
 const waitTimeout = 10 * time.Second
 
-// logBuf collects log output for assertions.
-type logBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuf) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuf) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
-func newLogger() (*slog.Logger, *logBuf) {
-	buf := &logBuf{}
+func newLogger() (*slog.Logger, *logbuf.Buffer) {
+	buf := &logbuf.Buffer{}
 	return slog.New(slog.NewTextHandler(buf, &slog.HandlerOptions{Level: slog.LevelDebug})), buf
 }
 
 // waitLog waits until the log contains s.
-func waitLog(t *testing.T, buf *logBuf, s string) {
+func waitLog(t *testing.T, buf *logbuf.Buffer, s string) {
 	t.Helper()
 	require.Eventually(t, func() bool { return strings.Contains(buf.String(), s) }, waitTimeout, time.Millisecond,
 		"log line %q never appeared; log:\n%s", s, buf)

@@ -15,6 +15,7 @@ import (
 	"github.com/personakit/persona/channel"
 	"github.com/personakit/persona/channel/telegram"
 	"github.com/personakit/persona/channel/telegram/telegramtest"
+	"github.com/personakit/persona/internal/logbuf"
 )
 
 const secret = "hook-secret_42"
@@ -25,7 +26,7 @@ type webhookEnv struct {
 	ch   *telegram.Channel
 	sink *recSink
 	url  string
-	log  *logBuf
+	log  *logbuf.Buffer
 }
 
 func startWebhook(t *testing.T, fn func(*telegram.Config)) webhookEnv {

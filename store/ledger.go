@@ -28,11 +28,9 @@ func (d *DB) SaveDraft(ctx context.Context, dr outbound.Draft) (outbound.Draft, 
 	now := d.now()
 	var stored []byte
 	err = d.write(ctx, func(tx wtx) error {
-		if _, err := tx.exec(`INSERT INTO turn_drafts (turn_id, draft, created_at) VALUES (?1, ?2, ?3)
-ON CONFLICT (turn_id) DO NOTHING`, dr.TurnID, string(body), now); err != nil {
-			return err
-		}
-		return tx.queryRow(`SELECT draft FROM turn_drafts WHERE turn_id = ?`, dr.TurnID).Scan(&stored)
+		var err error
+		stored, err = insertDraft(tx, dr.TurnID, body, now)
+		return err
 	})
 	if err != nil {
 		return outbound.Draft{}, fmt.Errorf("store: save draft %s: %w", dr.TurnID, err)
@@ -63,11 +61,8 @@ func (d *DB) SaveDraftIntent(ctx context.Context, dr outbound.Draft, fp string) 
 	)
 	err = d.write(ctx, func(tx wtx) error {
 		intent = false
-		if _, err := tx.exec(`INSERT INTO turn_drafts (turn_id, draft, created_at) VALUES (?1, ?2, ?3)
-ON CONFLICT (turn_id) DO NOTHING`, dr.TurnID, string(body), now); err != nil {
-			return err
-		}
-		if err := tx.queryRow(`SELECT draft FROM turn_drafts WHERE turn_id = ?`, dr.TurnID).Scan(&stored); err != nil {
+		var err error
+		if stored, err = insertDraft(tx, dr.TurnID, body, now); err != nil {
 			return err
 		}
 		if !bytes.Equal(stored, body) {
@@ -95,6 +90,23 @@ ON CONFLICT (turn_id) DO NOTHING`, dr.TurnID, string(body), now); err != nil {
 		return outbound.Draft{}, false, fmt.Errorf("store: save draft %s: decode: %w", dr.TurnID, err)
 	}
 	return out, false, nil
+}
+
+// insertDraft stores body as the turn's draft unless the turn has one, and
+// returns the stored draft: body itself when the row is new (no read-back),
+// else the earlier draft.
+func insertDraft(tx wtx, turnID string, body []byte, now int64) ([]byte, error) {
+	res, err := tx.exec(`INSERT INTO turn_drafts (turn_id, draft, created_at) VALUES (?1, ?2, ?3)
+ON CONFLICT (turn_id) DO NOTHING`, turnID, string(body), now)
+	if err != nil {
+		return nil, err
+	}
+	if affected(res) == 1 {
+		return body, nil
+	}
+	var stored []byte
+	err = tx.queryRow(`SELECT draft FROM turn_drafts WHERE turn_id = ?`, turnID).Scan(&stored)
+	return stored, err
 }
 
 // LoadDraft implements outbound.Ledger.

@@ -59,3 +59,27 @@ func TestSaveDraftIntent(t *testing.T) {
 	_, _, err = d.SaveDraftIntent(ctx, outbound.Draft{}, "fp")
 	require.ErrorIs(t, err, ErrInvalid)
 }
+
+func TestSaveDraftFirstWins(t *testing.T) {
+	t.Parallel()
+	d := open(t, clock.NewFake(t0))
+	ctx := t.Context()
+	dr := outbound.Draft{TurnID: "turn", SessionKey: "s", Chat: channel.Chat{Kind: channel.Private, ID: "u"},
+		Chunks: []outbound.Chunk{{Text: "one"}}, Code: outcome.Replied}
+	got, err := d.SaveDraft(ctx, dr)
+	require.NoError(t, err)
+	require.Equal(t, dr, got, "a new draft comes back as given")
+
+	other := dr
+	other.Chunks = []outbound.Chunk{{Text: "regenerated"}}
+	got, err = d.SaveDraft(ctx, other)
+	require.NoError(t, err)
+	require.Equal(t, dr, got, "the first draft wins")
+	loaded, ok, err := d.LoadDraft(ctx, "turn")
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, dr, loaded)
+
+	_, err = d.SaveDraft(ctx, outbound.Draft{})
+	require.ErrorIs(t, err, ErrInvalid)
+}

@@ -38,7 +38,8 @@
 // lost, at the price of one fsync per (group) commit. Checkpoints, which copy
 // the WAL back into the database file, run on a connection of their own in
 // the background, so a commit never waits for one; under sustained writes the
-// writer truncates the WAL itself once it passes 64 MiB.
+// writer checkpoints and restarts the WAL itself once it passes 64 MiB, and
+// the WAL file is cut back to 64 MiB.
 //
 // # Implementing
 //

@@ -235,6 +235,13 @@ func (p *Pipeline) turn(ctx context.Context, l inbound.Lease) action {
 		}
 		hist = p.recentOf(raw, l)
 	}
+	// Each generation's model call is counted while the turn goes on (the
+	// count depends on nothing the turn does): the count's write overlaps
+	// the generation and the delivery instead of holding a reply slot on
+	// its own. The turn ends, and its outcome is recorded, only once every
+	// count is stored.
+	var counted sync.WaitGroup
+	defer counted.Wait()
 	var v2 outbound.Verdict
 	for gen := 1; ; gen++ {
 		gctx, extra := ctx, companions
@@ -242,15 +249,11 @@ func (p *Pipeline) turn(ctx context.Context, l inbound.Lease) action {
 			gctx = run.generation(ctx, gen)
 			extra = append(slices.Clone(companions), run.snapshot()[1:]...)
 		}
-		// The call is counted while it runs (the count does not depend on
-		// it); the count is stored before the turn goes on.
-		var counted sync.WaitGroup
 		counted.Go(func() { p.countModelCall(ctx, &ev) })
 		// A regeneration reads the history again: replies may have gone
 		// out meanwhile.
 		text, usage, said, err := p.generate(gctx, l, t, extra, &rec, raw)
 		raw = nil
-		counted.Wait()
 		if run != nil && ctx.Err() == nil {
 			if run.stopped() {
 				return complete(outcome.SupersededFollowUp, "a newer message from the same person superseded this reply; the newer turn answers both")

@@ -257,6 +257,12 @@ RETURNING id, attempts, claims, history_only, session_key, chat_kind, priority, 
     CASE WHEN id IN (SELECT value FROM json_each(?5))
         THEN (SELECT payload FROM message_events m WHERE m.id = inbound_items.id) END`
 
+// sqlClaimHeld is sqlClaim for a pick whose events the index holds all
+// (the usual case): it reads no payload, and SQLite builds no lookup table
+// for an empty ?5.
+var sqlClaimHeld = strings.Replace(sqlClaim, `CASE WHEN id IN (SELECT value FROM json_each(?5))
+        THEN (SELECT payload FROM message_events m WHERE m.id = inbound_items.id) END`, `NULL`, 1)
+
 // claimed is one row returned by sqlClaim.
 type claimed struct {
 	attempts int
@@ -337,7 +343,13 @@ func (d *DB) leasePicked(ctx context.Context, chosen []picked, now, until int64,
 	var lost []string
 	err = d.writeThen(ctx, func(tx wtx) error {
 		clear(got)
-		rs, err := tx.query(sqlClaim, now, until, owner, string(idsJSON), string(needJSON))
+		var rs *sql.Rows
+		var err error
+		if len(need) == 0 {
+			rs, err = tx.query(sqlClaimHeld, now, until, owner, string(idsJSON))
+		} else {
+			rs, err = tx.query(sqlClaim, now, until, owner, string(idsJSON), string(needJSON))
+		}
 		if err != nil {
 			return err
 		}

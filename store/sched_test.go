@@ -334,3 +334,14 @@ func TestClaimSettlesAfterOldHolderRelease(t *testing.T) {
 	d.sched.mu.Unlock()
 	require.False(t, still)
 }
+
+// TestClaimHeldStatement: the claim statement for picks whose events the
+// index holds is sqlClaim without the payload lookup (a silent no-op of its
+// derivation would read payloads on every claim again).
+func TestClaimHeldStatement(t *testing.T) {
+	t.Parallel()
+	require.NotEqual(t, sqlClaim, sqlClaimHeld)
+	require.Contains(t, sqlClaim, "json_each(?5)")
+	require.NotContains(t, sqlClaimHeld, "?5")
+	require.NotContains(t, sqlClaimHeld, "payload")
+}

@@ -154,29 +154,10 @@ func (s *Server) sendMsg(ctx context.Context, action string, isGroup bool, p par
 		s.mu.Unlock()
 		return failResult(RetcodeFailed, "account offline")
 	}
-	if isGroup {
-		gid, ok := p.int64("group_id")
-		if !ok {
-			s.mu.Unlock()
-			return failResult(1400, "group_id required")
-		}
-		if s.kicked[gid] {
-			s.mu.Unlock()
-			return failResult(RetcodeFailed, "not a member of the group")
-		}
-		r.GroupID, sent.GroupID = gid, gid
-	} else {
-		uid, ok := p.int64("user_id")
-		if !ok {
-			s.mu.Unlock()
-			return failResult(1400, "user_id required")
-		}
-		r.PeerID, sent.UserID = uid, uid
+	if fail, ok := s.sendLocked(isGroup, p, r, sent); !ok {
+		s.mu.Unlock()
+		return fail
 	}
-	s.storeLocked(r)
-	sent.MessageID, sent.Time = r.ID, r.Time
-	s.sent = append(s.sent, sent)
-	s.notifyLocked()
 	rec, report := *r, s.cfg.ReportSelf
 	s.mu.Unlock()
 	if report {
@@ -381,21 +362,33 @@ func (s *Server) sendForward(action string, isGroup bool, p params) result {
 	r := &Record{UserID: s.cfg.SelfID, Nickname: s.cfg.Nickname, Self: true,
 		Message: onebot.Message{{Type: "forward", Data: map[string]string{"id": fid}}}}
 	sent := Sent{Action: action, Message: r.Message, Forward: nodes}
+	if fail, ok := s.sendLocked(isGroup, p, r, sent); !ok {
+		s.mu.Unlock()
+		return fail
+	}
+	s.mu.Unlock()
+	return okResult(map[string]any{"message_id": r.ID, "forward_id": fid})
+}
+
+// sendLocked delivers the bot's message r to the chat the action's
+// parameters name (group_id for a group action, else user_id): it stores r
+// and records sent with the message's id and time. It answers like the
+// implementations when the target is missing or the bot is no longer a
+// member of the group, and then changes nothing. s.mu is held.
+func (s *Server) sendLocked(isGroup bool, p params, r *Record, sent Sent) (result, bool) {
 	if isGroup {
 		gid, ok := p.int64("group_id")
-		if !ok || s.kicked[gid] {
-			s.mu.Unlock()
-			if !ok {
-				return failResult(1400, "group_id required")
-			}
-			return failResult(RetcodeFailed, "not a member of the group")
+		if !ok {
+			return failResult(1400, "group_id required"), false
+		}
+		if s.kicked[gid] {
+			return failResult(RetcodeFailed, "not a member of the group"), false
 		}
 		r.GroupID, sent.GroupID = gid, gid
 	} else {
 		uid, ok := p.int64("user_id")
 		if !ok {
-			s.mu.Unlock()
-			return failResult(1400, "user_id required")
+			return failResult(1400, "user_id required"), false
 		}
 		r.PeerID, sent.UserID = uid, uid
 	}
@@ -403,8 +396,7 @@ func (s *Server) sendForward(action string, isGroup bool, p params) result {
 	sent.MessageID, sent.Time = r.ID, r.Time
 	s.sent = append(s.sent, sent)
 	s.notifyLocked()
-	s.mu.Unlock()
-	return okResult(map[string]any{"message_id": r.ID, "forward_id": fid})
+	return result{}, true
 }
 
 // messageEvent renders a record as a message event (or a message_sent

@@ -568,13 +568,18 @@ func (s *Server) sendMessage(w http.ResponseWriter, p params) {
 	}
 	bot := s.bot
 	m := Message{From: &bot, Chat: cs.chat, Date: s.dateOf(time.Time{}), Text: text, Entities: ents, ReplyToMessage: reply}
+	s.deliverLocked(w, cs, m, SentMessage{Method: "sendMessage", Text: text, Entities: ents, ReplyTo: replyID})
+}
+
+// deliverLocked numbers the bot's message m in its chat, keeps it, records
+// it as sent (sent gets the chat, message id and date) and answers the
+// request with it. s.mu is held.
+func (s *Server) deliverLocked(w http.ResponseWriter, cs *chatState, m Message, sent SentMessage) {
 	cs.next++
 	m.MessageID = cs.next
 	cs.msgs[m.MessageID] = m
-	s.sent = append(s.sent, SentMessage{
-		Method: "sendMessage", Chat: cs.chat, MessageID: m.MessageID, Text: text,
-		Entities: ents, ReplyTo: replyID, Date: time.Unix(m.Date, 0),
-	})
+	sent.Chat, sent.MessageID, sent.Date = cs.chat, m.MessageID, time.Unix(m.Date, 0)
+	s.sent = append(s.sent, sent)
 	s.notifyLocked()
 	writeOK(w, m)
 }
@@ -631,15 +636,7 @@ func (s *Server) sendMedia(w http.ResponseWriter, method string, p params) {
 	default:
 		m.Document = f
 	}
-	cs.next++
-	m.MessageID = cs.next
-	cs.msgs[m.MessageID] = m
-	s.sent = append(s.sent, SentMessage{
-		Method: method, Chat: cs.chat, MessageID: m.MessageID, Text: caption,
-		Entities: ents, ReplyTo: replyID, Media: ref, Date: time.Unix(m.Date, 0),
-	})
-	s.notifyLocked()
-	writeOK(w, m)
+	s.deliverLocked(w, cs, m, SentMessage{Method: method, Text: caption, Entities: ents, ReplyTo: replyID, Media: ref})
 }
 
 var chatActions = []string{

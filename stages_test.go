@@ -1,7 +1,10 @@
 package persona_test
 
 import (
+	"context"
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -13,8 +16,10 @@ import (
 	"github.com/personakit/persona/channel"
 	"github.com/personakit/persona/channel/chantest"
 	"github.com/personakit/persona/gate"
+	"github.com/personakit/persona/inbound"
 	"github.com/personakit/persona/outcome"
 	"github.com/personakit/persona/route"
+	"github.com/personakit/persona/store"
 )
 
 // The default stages wired together: policy gates, the model-rated router
@@ -101,4 +106,72 @@ func TestKickedMarksTheGroupUnavailable(t *testing.T) {
 	o := h.outcome(next)
 	require.Equal(t, gate.IgnoredUnavailableGroup, o.Code, "the gate stops the next message without a model call")
 	require.Equal(t, calls, h.model.Calls())
+}
+
+// heldQuotaFlags holds every write of the model-call counters until
+// release is closed, and notes when such a write has been stored.
+type heldQuotaFlags struct {
+	*store.DB
+	entered chan struct{} // closed when the first counter write arrives
+	release chan struct{}
+	once    sync.Once
+	stored  atomic.Bool
+}
+
+func (f *heldQuotaFlags) hold(fs ...gate.Flag) bool {
+	for _, fl := range fs {
+		if fl.Name == "model_calls" {
+			f.once.Do(func() { close(f.entered) })
+			<-f.release
+			return true
+		}
+	}
+	return false
+}
+
+func (f *heldQuotaFlags) SetFlag(ctx context.Context, fl gate.Flag) error {
+	held := f.hold(fl)
+	err := f.DB.SetFlag(ctx, fl)
+	f.stored.Store(f.stored.Load() || (held && err == nil))
+	return err
+}
+
+func (f *heldQuotaFlags) SetFlags(ctx context.Context, fs []gate.Flag) error {
+	held := f.hold(fs...)
+	err := f.DB.SetFlags(ctx, fs)
+	f.stored.Store(f.stored.Load() || (held && err == nil))
+	return err
+}
+
+// TestModelCallCountStoredBeforeTheOutcome: the count of a turn's model
+// call is written while the turn generates and delivers, but the turn's
+// outcome is recorded only once the count is stored.
+func TestModelCallCountStoredBeforeTheOutcome(t *testing.T) {
+	t.Parallel()
+	var flags *heldQuotaFlags
+	countedAtOutcome := make(chan bool, 1)
+	h := newHarness(t, agenttest.New(agenttest.Reply("hello Alice")), func(o *persona.Options) {
+		flags = &heldQuotaFlags{DB: o.DB, entered: make(chan struct{}), release: make(chan struct{})}
+		o.Flags = flags
+		record := o.OnOutcome
+		o.OnOutcome = func(id string, out inbound.Outcome) {
+			select {
+			case countedAtOutcome <- flags.stored.Load():
+			default:
+			}
+			record(id, out)
+		}
+	})
+	var released sync.Once
+	release := func() { released.Do(func() { close(flags.release) }) }
+	t.Cleanup(release) // before the harness stops the pipeline, if a check failed
+	ev := h.say(dmAlice, alice, "hi")
+	<-flags.entered
+	require.Eventually(t, func() bool { return len(h.ch.Sent()) == 1 }, 20*time.Second, time.Millisecond,
+		"the reply goes out while the count is still being written")
+	require.Never(t, func() bool { return h.has(ev) }, 100*time.Millisecond, 5*time.Millisecond,
+		"no outcome while the count is held")
+	release()
+	require.Equal(t, outcome.Replied, h.outcome(ev).Code)
+	require.True(t, <-countedAtOutcome, "the count was stored before the outcome was recorded")
 }

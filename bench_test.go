@@ -3,6 +3,7 @@ package persona_test
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 	"slices"
 	"sync"
 	"testing"
@@ -14,14 +15,16 @@ import (
 	"github.com/personakit/persona/channel/chantest"
 	"github.com/personakit/persona/inbound"
 	"github.com/personakit/persona/internal/cputime"
+	"github.com/personakit/persona/store"
 )
 
 // benchPipeline pushes b.N messages through a full pipeline (chantest
 // channel, zero-latency scripted model, SQLite store in a temp dir) from
 // four feeding goroutines (a few busy channel connections) and from 32 (many
 // connections, or an adapter that hands events over concurrently), and
-// reports throughput, CPU per message and the added latency from
-// HandleEvent to the terminal record.
+// reports throughput, CPU per message, the store writer's busy time and
+// transactions per message, and the added latency from HandleEvent to the
+// terminal record.
 func benchPipeline(b *testing.B, mk func(i int) (channel.Chat, channel.Sender, []chantest.SayOption)) {
 	for _, feeders := range []int{4, 32} {
 		b.Run(fmt.Sprintf("feeders-%d", feeders), func(b *testing.B) {
@@ -41,10 +44,18 @@ func benchPipelineAt(b *testing.B, rate, feeders int, mk func(i int) (channel.Ch
 	start := make(map[string]time.Time, b.N)
 	lat := make([]time.Duration, 0, b.N)
 	all := make(chan struct{})
+	dir := b.TempDir()
+	// The store as the pipeline would open it (no memory: no background
+	// search indexer), opened here so that its writer can be observed.
+	db, err := store.Open(filepath.Join(dir, "persona.db"), store.Options{NoSearchIndexer: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer func() { _ = db.Close() }()
 	p, err := persona.New(persona.Options{
 		// Bare: no history capability, so no reconnect backfill walks the
 		// chats during the measurement.
-		Channels: []channel.Channel{ch.Bare()}, DataDir: b.TempDir(), Model: model, NoPacing: true, NoRouter: true,
+		Channels: []channel.Channel{ch.Bare()}, DataDir: dir, DB: db, Model: model, NoPacing: true, NoRouter: true,
 		OnOutcome: func(id string, _ inbound.Outcome) {
 			now := time.Now()
 			mu.Lock()
@@ -68,6 +79,7 @@ func benchPipelineAt(b *testing.B, rate, feeders int, mk func(i int) (channel.Ch
 
 	b.ReportAllocs()
 	b.ResetTimer()
+	w0 := db.WriterStats()
 	cpu0 := cputime.Process()
 	t0 := time.Now()
 	var tick *time.Ticker
@@ -103,10 +115,13 @@ func benchPipelineAt(b *testing.B, rate, feeders int, mk func(i int) (channel.Ch
 	<-all
 	elapsed := time.Since(t0)
 	cpu := cputime.Process() - cpu0
+	w := db.WriterStats()
 	b.StopTimer()
 	slices.Sort(lat)
 	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "msgs/s")
 	b.ReportMetric(float64(cpu.Microseconds())/float64(b.N), "cpu-µs/msg")
+	b.ReportMetric(float64((w.Busy-w0.Busy).Microseconds())/float64(b.N), "writer-µs/msg")
+	b.ReportMetric(float64(w.Batches-w0.Batches)/float64(b.N), "commits/msg")
 	b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "p50-ms")
 	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds())/1000, "p99-ms")
 }

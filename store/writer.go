@@ -68,8 +68,9 @@ type writer struct {
 	stmts map[string]*sql.Stmt
 
 	// batches and batchedOps count transactions and the operations they
-	// carried (the benchmarks report the mean batch size).
-	batches, batchedOps atomic.Int64
+	// carried (the benchmarks report the mean batch size); busy sums the
+	// nanoseconds spent running batches (see WriterStats).
+	batches, batchedOps, busy atomic.Int64
 
 	ops      chan *writeOp
 	quit     chan struct{}
@@ -245,6 +246,8 @@ func (w *writer) loop() {
 // this time with a SAVEPOINT around each op. Ops are therefore written to be
 // re-runnable: they reset their outputs when they start.
 func (w *writer) run(ops []*writeOp) {
+	t0 := time.Now()
+	defer func() { w.busy.Add(int64(time.Since(t0))) }()
 	errs := make([]error, len(ops))
 	skip := make([]bool, len(ops))
 	defer func() {
@@ -490,4 +493,23 @@ func affected(res sql.Result) int64 {
 		return 0
 	}
 	return n
+}
+
+// WriterStats describes the work of a DB's single writer since Open.
+type WriterStats struct {
+	// Batches is the number of transactions the writer ran (in group-commit
+	// mode one per batch of operations).
+	Batches int64
+	// Ops is the number of write operations those transactions carried.
+	Ops int64
+	// Busy is the time the writer spent running them: statements, commits
+	// and post-commit hooks. Busy divided by the elapsed time is the share
+	// of its capacity in use; every durable write of a DB goes through it.
+	Busy time.Duration
+}
+
+// WriterStats reports the work of the DB's writer since Open, for
+// monitoring and benchmarks.
+func (d *DB) WriterStats() WriterStats {
+	return WriterStats{Batches: d.w.batches.Load(), Ops: d.w.batchedOps.Load(), Busy: time.Duration(d.w.busy.Load())}
 }

@@ -8,8 +8,10 @@
 // stages:
 //
 //   - inbound.Queue and inbound.Checkpoints: the durable inbound queue
-//     (table inbound_items, read through the view inbound_events) and the
-//     per-bot online checkpoints (checkpoints);
+//     (table inbound_items, read through the view inbound_events; a queue
+//     row is keyed by the rowid of the item's transcript row, written in
+//     the same transaction, and found by item id through the transcript's
+//     id index) and the per-bot online checkpoints (checkpoints);
 //   - memory.History: the permanent transcript (message_events);
 //   - outbound.Ledger: turn drafts and the delivery ledger (turn_drafts,
 //     delivery_ledger);

@@ -67,10 +67,10 @@ func sessionKind(it *inbound.Item) channel.ChatKind {
 }
 
 const sqlInsertItem = `
-INSERT INTO inbound_items (id, session_key, chat_kind, sender_id, message_id, event_time, seq, source,
+INSERT INTO inbound_items (rid, id, session_key, chat_kind, sender_id, message_id, event_time, seq, source,
     history_only, priority, status, attempts, available_at, enqueued_at, created_at, updated_at)
-VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, 'pending', 0, ?11, ?12, ?12, ?12)
-ON CONFLICT (id) DO NOTHING`
+VALUES (?13, ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, 'pending', 0, ?11, ?12, ?12, ?12)
+ON CONFLICT (rid) DO NOTHING`
 
 // sqlRaisePriority applies a repeated delivery to a still-pending item: the
 // higher priority wins, and an item that is not history-only (a live
@@ -78,7 +78,7 @@ ON CONFLICT (id) DO NOTHING`
 // gave it.
 const sqlRaisePriority = `
 UPDATE inbound_items SET priority = max(priority, ?2), history_only = min(history_only, ?4), updated_at = ?3
-WHERE id = ?1 AND status = 'pending' AND (priority < ?2 OR history_only > ?4)`
+WHERE rid = ?1 AND status = 'pending' AND (priority < ?2 OR history_only > ?4)`
 
 // Enqueue implements inbound.Queue (a repeated delivery of a pending item
 // raises its priority and, unless itself history-only, clears its
@@ -88,7 +88,7 @@ WHERE id = ?1 AND status = 'pending' AND (priority < ?2 OR history_only > ?4)`
 // upserts the message_events row (direction "in") and inserts the
 // inbound_items row; for an existing item it raises a still-pending row's
 // priority to max(old, new) and returns false. The history row is keyed by
-// the item id.
+// the item id, the queue row by the history row's rowid.
 func (d *DB) Enqueue(ctx context.Context, it inbound.Item) (bool, error) {
 	now := d.now()
 	r, err := d.prepareItem(&it, memory.In, now)
@@ -108,7 +108,7 @@ func (d *DB) Enqueue(ctx context.Context, it inbound.Item) (bool, error) {
 			return err
 		}
 		res, err := tx.exec(sqlInsertItem, it.ID, it.SessionKey, r.chatKind, r.ev.senderID, r.ev.messageID,
-			r.ev.eventTime, r.ev.seq, r.source, r.history, r.priority, r.avail, now)
+			r.ev.eventTime, r.ev.seq, r.source, r.history, r.priority, r.avail, now, r.ev.rowid)
 		if err != nil {
 			return err
 		}
@@ -116,14 +116,14 @@ func (d *DB) Enqueue(ctx context.Context, it inbound.Item) (bool, error) {
 			enqueued = true
 			return nil
 		}
-		_, err = tx.exec(sqlRaisePriority, it.ID, r.priority, now, r.history)
+		_, err = tx.exec(sqlRaisePriority, r.ev.rowid, r.priority, now, r.history)
 		return err
 	}, func() {
 		d.hist.upsert(histEntryOf(&r.ev, held), held != nil)
 		// The claim index follows the queue in commit order (see sched.go).
 		if enqueued {
 			d.sched.add(&schedItem{
-				id: it.ID, session: it.SessionKey, private: r.chatKind == string(channel.Private), priority: r.priority,
+				id: it.ID, rid: r.ev.rowid, session: it.SessionKey, private: r.chatKind == string(channel.Private), priority: r.priority,
 				eventTime: r.ev.eventTime, history: r.history, availableAt: r.avail, ev: held, size: len(r.ev.payload),
 			}, now)
 		} else {
@@ -143,13 +143,20 @@ func (d *DB) Enqueue(ctx context.Context, it inbound.Item) (bool, error) {
 }
 
 const sqlInsertDone = `
-INSERT INTO inbound_items (id, session_key, chat_kind, sender_id, message_id, event_time, seq, source,
+INSERT INTO inbound_items (rid, id, session_key, chat_kind, sender_id, message_id, event_time, seq, source,
     history_only, priority, status, attempts, available_at, enqueued_at, created_at, updated_at,
     outcome, reason, delivery_stage, outbound_ids, merged_into, gates_done_at, generation_start_at,
     generation_end_at, first_send_at, first_ack_at, tokens, kind, completed_at)
-VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, 'done', 0, ?11, ?12, ?12, ?12,
-    ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?12)
-ON CONFLICT (id) DO NOTHING`
+VALUES (?25, ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, 'done', 0, ?11, ?12, ?12, ?12,
+    ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?12)`
+
+// sqlItemExists tells whether the item with id ?1 has a queue row.
+const sqlItemExists = `SELECT EXISTS (SELECT 1 FROM inbound_items WHERE ` + itemByID + `)`
+
+// itemByID selects the queue row of the item with id ?1 through the
+// transcript's id index (migration 0005: the queue row is keyed by its
+// transcript row's rowid).
+const itemByID = `rid = (SELECT rowid FROM message_events WHERE id = ?1)`
 
 // outcomeRow is an encoded inbound.Outcome.
 type outcomeRow struct {
@@ -212,18 +219,24 @@ func (d *DB) Record(ctx context.Context, it inbound.Item, o inbound.Outcome) (bo
 	var inserted bool
 	err = d.writeThen(ctx, func(tx wtx) error {
 		inserted = false
-		res, err := tx.exec(sqlInsertDone, it.ID, it.SessionKey, r.chatKind, r.ev.senderID, r.ev.messageID,
-			r.ev.eventTime, r.ev.seq, r.source, r.history, r.priority, r.avail, now,
-			or.code, or.reason, or.stage, or.outbound, or.merged, or.gates, or.genStart, or.genEnd,
-			or.firstSend, or.firstAck, or.tokens, or.kind)
-		if err != nil {
-			return err
+		var exists bool
+		if err := tx.queryRow(sqlItemExists, it.ID).Scan(&exists); err != nil {
+			return clean(err)
 		}
-		if affected(res) == 0 {
+		if exists {
 			return nil
 		}
+		if err := upsertEvent(tx, &r.ev, now); err != nil {
+			return err
+		}
+		if _, err := tx.exec(sqlInsertDone, it.ID, it.SessionKey, r.chatKind, r.ev.senderID, r.ev.messageID,
+			r.ev.eventTime, r.ev.seq, r.source, r.history, r.priority, r.avail, now,
+			or.code, or.reason, or.stage, or.outbound, or.merged, or.gates, or.genStart, or.genEnd,
+			or.firstSend, or.firstAck, or.tokens, or.kind, r.ev.rowid); err != nil {
+			return err
+		}
 		inserted = true
-		return upsertEvent(tx, &r.ev, now)
+		return nil
 	}, func() {
 		if inserted {
 			d.hist.upsert(histEntryOf(&r.ev, &held), herr == nil)
@@ -251,17 +264,17 @@ UPDATE inbound_items SET
     status = 'leased', lease_owner = ?3, lease_until = ?2, attempts = attempts + 1, claims = claims + 1,
     first_claimed_at = coalesce(first_claimed_at, ?1),
     outcome = NULL, reason = NULL, merged_into = NULL, updated_at = ?1
-WHERE id IN (SELECT value FROM json_each(?4))
+WHERE rid IN (SELECT value FROM json_each(?4))
     AND ((status = 'pending' AND available_at <= ?1) OR (status = 'leased' AND lease_until <= ?1))
 RETURNING id, attempts, claims, history_only, session_key, chat_kind, priority, event_time, available_at,
-    CASE WHEN id IN (SELECT value FROM json_each(?5))
-        THEN (SELECT payload FROM message_events m WHERE m.id = inbound_items.id) END`
+    CASE WHEN rid IN (SELECT value FROM json_each(?5))
+        THEN (SELECT payload FROM message_events m WHERE m.rowid = inbound_items.rid) END`
 
 // sqlClaimHeld is sqlClaim for a pick whose events the index holds all
 // (the usual case): it reads no payload, and SQLite builds no lookup table
 // for an empty ?5.
-var sqlClaimHeld = strings.Replace(sqlClaim, `CASE WHEN id IN (SELECT value FROM json_each(?5))
-        THEN (SELECT payload FROM message_events m WHERE m.id = inbound_items.id) END`, `NULL`, 1)
+var sqlClaimHeld = strings.Replace(sqlClaim, `CASE WHEN rid IN (SELECT value FROM json_each(?5))
+        THEN (SELECT payload FROM message_events m WHERE m.rowid = inbound_items.rid) END`, `NULL`, 1)
 
 // claimed is one row returned by sqlClaim.
 type claimed struct {
@@ -321,12 +334,12 @@ func (d *DB) Claim(ctx context.Context, limits inbound.Limits) ([]inbound.Lease,
 // leasePicked writes the leases of the items a pick reserved and settles
 // the claim index in the write's post-commit hook.
 func (d *DB) leasePicked(ctx context.Context, chosen []picked, now, until int64, owner string) ([]inbound.Lease, error) {
-	ids := make([]string, len(chosen))
-	var need []string
+	ids := make([]int64, len(chosen))
+	var need []int64
 	for i, it := range chosen {
-		ids[i] = it.id
+		ids[i] = it.rid
 		if it.ev == nil {
-			need = append(need, it.id)
+			need = append(need, it.rid)
 		}
 	}
 	idsJSON, err := json.Marshal(ids)
@@ -340,6 +353,10 @@ func (d *DB) leasePicked(ctx context.Context, chosen []picked, now, until int64,
 		return nil, fmt.Errorf("store: claim: %w", err)
 	}
 	got := make(map[string]claimed, len(chosen))
+	rids := make(map[string]int64, len(chosen))
+	for _, p := range chosen {
+		rids[p.id] = p.rid
+	}
 	var lost []string
 	err = d.writeThen(ctx, func(tx wtx) error {
 		clear(got)
@@ -367,6 +384,7 @@ func (d *DB) leasePicked(ctx context.Context, chosen []picked, now, until int64,
 				return err
 			}
 			it.id, it.private, it.leased, it.leaseUntil, it.claims = id, kind == "private", true, until, c.claims
+			it.rid = rids[id]
 			if payload != nil {
 				c.payload = append([]byte(nil), payload...)
 			}
@@ -417,7 +435,7 @@ func (d *DB) leasePicked(ctx context.Context, chosen []picked, now, until int64,
 
 // sqlLiveItem reads one item for the claim index.
 const sqlLiveItem = `SELECT id, session_key, chat_kind, priority, event_time, history_only, available_at,
-    status, coalesce(lease_until, 0), claims FROM inbound_items WHERE id = ? AND status IN ('pending', 'leased')`
+    status, coalesce(lease_until, 0), claims, rid FROM inbound_items WHERE ` + itemByID + ` AND status IN ('pending', 'leased')`
 
 // refresh re-reads items whose state the claim index got wrong (a claim's
 // guard rejected them) and indexes them as the table has them. The reads
@@ -475,7 +493,7 @@ func (d *DB) leaseOp(ctx context.Context, op string, l *inbound.Lease, after fun
 
 // leaseHeld is the condition every lease operation shares; ?1 id, ?2 owner,
 // ?3 claims.
-const leaseHeld = ` WHERE id = ?1 AND status = 'leased' AND lease_owner = ?2 AND claims = ?3`
+const leaseHeld = ` WHERE ` + itemByID + ` AND status = 'leased' AND lease_owner = ?2 AND claims = ?3`
 
 const sqlExtend = `UPDATE inbound_items SET lease_until = ?4, updated_at = ?5` + leaseHeld
 
@@ -624,7 +642,7 @@ const sqlRecordCols = `SELECT i.id, i.session_key, i.sender_id, i.message_id, co
     coalesce(i.reason, ''), coalesce(i.delivery_stage, ''), i.outbound_ids, coalesce(i.merged_into, ''),
     i.gates_done_at, i.generation_start_at, i.generation_end_at, i.first_send_at, i.first_ack_at,
     i.tokens, coalesce(i.kind, '')
-FROM inbound_items i LEFT JOIN message_events m ON m.id = i.id`
+FROM inbound_items i LEFT JOIN message_events m ON m.rowid = i.rid`
 
 // scanRecord reads one row selected with sqlRecordCols.
 func scanRecord(sc interface{ Scan(...any) error }) (inbound.Record, error) {
@@ -669,7 +687,7 @@ func scanRecord(sc interface{ Scan(...any) error }) (inbound.Record, error) {
 // Lookup implements inbound.Queue: the record of one item, or
 // inbound.ErrNotFound.
 func (d *DB) Lookup(ctx context.Context, id string) (inbound.Record, error) {
-	r, err := scanRecord(d.rdb.QueryRowContext(ctx, sqlRecordCols+` WHERE i.id = ?`, id))
+	r, err := scanRecord(d.rdb.QueryRowContext(ctx, sqlRecordCols+` WHERE i.rid = (SELECT rowid FROM message_events WHERE id = ?)`, id))
 	if errors.Is(err, sql.ErrNoRows) {
 		return inbound.Record{}, fmt.Errorf("store: lookup %s: %w", id, inbound.ErrNotFound)
 	}
@@ -699,7 +717,7 @@ func (d *DB) Records(ctx context.Context, q RecordQuery) ([]inbound.Record, erro
 	if q.SessionKey != "" {
 		// Found through the transcript's session index (every item has its
 		// transcript row under the same id and session).
-		where = append(where, "i.id IN (SELECT id FROM message_events WHERE session_key = ?) AND i.session_key = ?")
+		where = append(where, "i.rid IN (SELECT rowid FROM message_events WHERE session_key = ?) AND i.session_key = ?")
 		args = append(args, q.SessionKey, q.SessionKey)
 	}
 	if q.Status != "" {

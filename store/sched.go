@@ -45,6 +45,7 @@ const maxHeldPayload = 32 << 20
 // schedItem is one live queue item.
 type schedItem struct {
 	id, session string
+	rid         int64 // the queue row's key (its transcript row's rowid)
 	private     bool
 	priority    int
 	eventTime   int64
@@ -271,9 +272,10 @@ func (s *sched) advance(now int64) {
 // picked is an item chosen by pick, with its id and held event as they
 // were when it was picked (the claim's write returns the rest of the row).
 type picked struct {
-	it *schedItem
-	id string
-	ev *channel.Event
+	it  *schedItem
+	id  string
+	rid int64
+	ev  *channel.Event
 }
 
 // pick chooses up to max claimable items at now in claim order, skipping
@@ -302,7 +304,7 @@ func (s *sched) pick(now int64, max, perPrivate, perGroup int) []picked {
 		s.detach(it)
 		it.loc = locClaiming
 		ss.inflight++
-		out = append(out, picked{it: it, id: it.id, ev: it.ev})
+		out = append(out, picked{it: it, id: it.id, rid: it.rid, ev: it.ev})
 	}
 	for _, ss := range full {
 		s.fixSession(ss)
@@ -445,7 +447,7 @@ func (s *sched) next() (at int64, ok bool) {
 
 // sqlLoadLive selects every live item for the index.
 const sqlLoadLive = `SELECT id, session_key, chat_kind, priority, event_time, history_only, available_at,
-    status, coalesce(lease_until, 0), claims FROM inbound_items WHERE status IN ('pending', 'leased')`
+    status, coalesce(lease_until, 0), claims, rid FROM inbound_items WHERE status IN ('pending', 'leased')`
 
 // scanLive reads one row selected like sqlLoadLive.
 func scanLive(sc interface{ Scan(...any) error }) (*schedItem, error) {
@@ -454,7 +456,7 @@ func scanLive(sc interface{ Scan(...any) error }) (*schedItem, error) {
 		kind, status string
 	)
 	if err := sc.Scan(&it.id, &it.session, &kind, &it.priority, &it.eventTime, &it.history, &it.availableAt,
-		&status, &it.leaseUntil, &it.claims); err != nil {
+		&status, &it.leaseUntil, &it.claims, &it.rid); err != nil {
 		return nil, err
 	}
 	it.private = kind == "private"

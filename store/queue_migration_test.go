@@ -1,0 +1,131 @@
+package store
+
+import (
+	"database/sql"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/personakit/persona/channel"
+	"github.com/personakit/persona/clock"
+	"github.com/personakit/persona/inbound"
+	"github.com/personakit/persona/memory"
+	"github.com/personakit/persona/outcome"
+)
+
+// createVersion4 writes a database at schema version 4 holding the given
+// queue items, each with its transcript row unless orphan lists its id, as
+// version 4 stored them (queue rows keyed by their TEXT id).
+func createVersion4(t *testing.T, path string, items []inbound.Item, status map[string]string, orphan map[string]bool) {
+	t.Helper()
+	migs, err := loadMigrations(migrationFS)
+	require.NoError(t, err)
+	raw, err := sql.Open("sqlite3", path)
+	require.NoError(t, err)
+	defer func() { require.NoError(t, raw.Close()) }()
+	for _, m := range migs[:4] {
+		_, err := raw.Exec(m.sql)
+		require.NoError(t, err, m.name)
+	}
+	for i, it := range items {
+		r, err := newEventRow(it.ID, it.SessionKey, &it.Event, memory.In, time.Time{}, ms(t0))
+		require.NoError(t, err)
+		if !orphan[it.ID] {
+			// A row of another chat first, so that the transcript rowids
+			// and the old queue rowids differ.
+			_, err = raw.Exec(`INSERT INTO message_events (id, session_key, event_time, payload, direction, created_at)
+VALUES (?1, 'other', 0, '{}', 'in', 0)`, "filler-"+it.ID)
+			require.NoError(t, err)
+			_, err = raw.Exec(`INSERT INTO message_events (id, session_key, platform, bot_id, chat_kind, chat_id,
+    message_id, seq, sender_id, sender_name, event_time, text, payload, direction, created_at, search_tokens, search_sid)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, 'in', ?11, ?14, ?15)`,
+				r.id, r.session, r.platform, r.botID, r.chatKind, r.chatID, r.messageID, r.seq, r.senderID,
+				r.senderName, r.eventTime, r.text, r.payload, r.searchTokens, r.searchSID)
+			require.NoError(t, err)
+		}
+		st := status[it.ID]
+		var code any
+		if st == "done" {
+			code = string(outcome.Replied)
+		}
+		_, err = raw.Exec(`INSERT INTO inbound_items (id, session_key, chat_kind, sender_id, message_id, event_time,
+    priority, status, attempts, claims, available_at, outcome, enqueued_at, created_at, updated_at)
+VALUES (?1, ?2, 'group', ?3, ?4, ?5, ?6, ?7, ?8, ?8, ?9, ?10, ?9, ?9, ?9)`,
+			it.ID, it.SessionKey, r.senderID, r.messageID, r.eventTime, it.Priority, st, i%2, ms(t0), code)
+		require.NoError(t, err)
+	}
+	_, err = raw.Exec(`PRAGMA user_version = 4`)
+	require.NoError(t, err)
+}
+
+func TestQueueMigrationKeysRowsByTranscriptRowid(t *testing.T) {
+	t.Parallel()
+	g := channel.Chat{Kind: channel.Group, ID: "g1"}
+	var items []inbound.Item
+	for i, id := range []string{"1", "2", "3", "4"} {
+		ev := msgEvent(g, id, "u1", "Ann", "message "+id, t0.Add(time.Duration(i)*time.Second))
+		items = append(items, inbound.Item{ID: ev.Key(), SessionKey: ev.SessionKey, Event: ev, Priority: 10 * i})
+	}
+	status := map[string]string{items[0].ID: "pending", items[1].ID: "done", items[2].ID: "pending", items[3].ID: "done"}
+	orphan := map[string]bool{items[3].ID: true}
+	path := filepath.Join(t.TempDir(), "v4.db")
+	createVersion4(t, path, items, status, orphan)
+
+	clk := clock.NewFake(t0.Add(time.Minute))
+	d, err := Open(path, Options{Clock: clk})
+	require.NoError(t, err)
+	defer func() { require.NoError(t, d.Close()) }()
+	ctx := t.Context()
+
+	// Every row survived, keyed by its transcript row's rowid; the orphan
+	// (no transcript row) is kept under a negative key.
+	for _, it := range items {
+		var rid, mrid sql.NullInt64
+		require.NoError(t, d.rdb.QueryRowContext(ctx, `SELECT rid FROM inbound_items WHERE id = ?`, it.ID).Scan(&rid))
+		err := d.rdb.QueryRowContext(ctx, `SELECT rowid FROM message_events WHERE id = ?`, it.ID).Scan(&mrid)
+		if orphan[it.ID] {
+			require.ErrorIs(t, err, sql.ErrNoRows)
+			require.Negative(t, rid.Int64)
+			continue
+		}
+		require.NoError(t, err)
+		require.Equal(t, mrid, rid, it.ID)
+	}
+	recs, err := d.Records(ctx, RecordQuery{})
+	require.NoError(t, err)
+	require.Len(t, recs, 4)
+	rec, err := d.Lookup(ctx, items[1].ID)
+	require.NoError(t, err)
+	require.Equal(t, outcome.Replied, rec.Outcome.Code)
+	require.Equal(t, "message 2", rec.Text)
+
+	// The pending items are claimable in priority order and complete by id.
+	ls, err := d.Claim(ctx, inbound.Limits{Max: 10, Owner: "w"})
+	require.NoError(t, err)
+	require.Len(t, ls, 2)
+	require.Equal(t, items[2].ID, ls[0].ID)
+	require.Equal(t, items[0].ID, ls[1].ID)
+	require.Equal(t, "message 3", ls[0].Event.Text())
+	for _, l := range ls {
+		require.NoError(t, d.Complete(ctx, l, inbound.Outcome{Code: outcome.SupersededRepeat, Reason: "test"}))
+	}
+	counts, err := d.CountOutcomes(ctx)
+	require.NoError(t, err)
+	require.Equal(t, map[outcome.Code]int{outcome.Replied: 2, outcome.SupersededRepeat: 2}, counts)
+
+	// New items go under their transcript rowid; a repeated delivery is
+	// still a no-op.
+	ev := msgEvent(g, "5", "u2", "Bob", "message 5", t0.Add(time.Hour))
+	ok, err := d.Enqueue(ctx, inbound.Item{Event: ev})
+	require.NoError(t, err)
+	require.True(t, ok)
+	ok, err = d.Enqueue(ctx, inbound.Item{Event: ev})
+	require.NoError(t, err)
+	require.False(t, ok)
+	var rid, mrid int64
+	require.NoError(t, d.rdb.QueryRowContext(ctx, `SELECT rid FROM inbound_items WHERE id = ?`, ev.Key()).Scan(&rid))
+	require.NoError(t, d.rdb.QueryRowContext(ctx, `SELECT rowid FROM message_events WHERE id = ?`, ev.Key()).Scan(&mrid))
+	require.Equal(t, mrid, rid)
+}

@@ -2,6 +2,7 @@ package persona_test
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -174,4 +175,46 @@ func TestModelCallCountStoredBeforeTheOutcome(t *testing.T) {
 	release()
 	require.Equal(t, outcome.Replied, h.outcome(ev).Code)
 	require.True(t, <-countedAtOutcome, "the count was stored before the outcome was recorded")
+}
+
+// TestAttemptDurableBeforeModelCall: the store leases in memory at claim
+// (see store.DB.Claim); once the gates pass, the turn makes its attempt
+// durable before the first model call, so an attempt that kills the
+// process is counted.
+func TestAttemptDurableBeforeModelCall(t *testing.T) {
+	t.Parallel()
+	var path atomic.Pointer[string]
+	type row struct {
+		status   string
+		attempts int
+		err      error
+	}
+	seen := make(chan row, 1)
+	model := agenttest.New()
+	model.Otherwise(agenttest.Func(func(ctx context.Context, req agent.Request) (*agent.Response, error) {
+		if req.Purpose == agent.PurposeChat {
+			var r row
+			raw, err := sql.Open("sqlite3", *path.Load())
+			if err == nil {
+				r.err = raw.QueryRowContext(ctx, `SELECT status, attempts FROM inbound_items`).Scan(&r.status, &r.attempts)
+				_ = raw.Close()
+			} else {
+				r.err = err
+			}
+			select {
+			case seen <- r:
+			default:
+			}
+		}
+		return &agent.Response{Text: "hi there"}, nil
+	}))
+	h := newHarness(t, model, nil)
+	p := h.db.Path()
+	path.Store(&p)
+	ev := h.say(dmAlice, alice, "hello")
+	require.Equal(t, outcome.Replied, h.outcome(ev).Code)
+	r := <-seen
+	require.NoError(t, r.err)
+	require.Equal(t, "leased", r.status, "the claim is in the row when the model is called")
+	require.Equal(t, 1, r.attempts)
 }

@@ -38,6 +38,8 @@ const (
 	actRetry
 	actSnooze
 	actRelease
+	// actAbandon: the lease was lost; nothing more is written.
+	actAbandon
 )
 
 func complete(code outcome.Code, reason string) action {
@@ -62,7 +64,7 @@ func (p *Pipeline) runTurn(parent context.Context, l inbound.Lease, wg *sync.Wai
 		p.heartbeat(ctx, &l, cancel)
 	}()
 	act := p.turn(ctx, l)
-	lost := errors.Is(context.Cause(ctx), inbound.ErrLeaseLost)
+	lost := act.kind == actAbandon || errors.Is(context.Cause(ctx), inbound.ErrLeaseLost)
 	cancel(nil)
 	<-hbDone
 	if lost {
@@ -170,6 +172,16 @@ func (p *Pipeline) turn(ctx context.Context, l inbound.Lease) action {
 		return complete(v.Code, reason)
 	}
 	rec := inbound.Outcome{Timings: inbound.Timings{GatesDone: p.clk.Now()}}
+	// What follows may call a model and send. A queue may hold a fresh
+	// lease in memory only (the store does, see store.DB.Claim) and write
+	// it with the lease's first operation: extend it now, so that an
+	// attempt that could crash the process is counted before it starts.
+	if err := p.opt.Queue.Extend(ctx, &l, p.opt.Lease); err != nil {
+		if errors.Is(err, inbound.ErrLeaseLost) {
+			return action{kind: actAbandon}
+		}
+		return action{kind: actRetry, err: fmt.Errorf("extend lease: %w", err)}
+	}
 	var (
 		run        *runningTurn
 		companions []channel.Event

@@ -55,15 +55,25 @@
 // count of unexpired leases, a heap of sessions by their best item, time
 // heaps for delayed items and lease expiries), rebuilt from inbound_items
 // at Open and kept in step by the DB's own writes, each applied by its
-// write's post-commit hook in commit order. Claim picks there (reserving
-// the items, so concurrent claims never collide), so
-// its cost does not depend on the backlog and a claim with nothing
-// claimable runs no SQL, then leases the picked items with one UPDATE that
-// repeats the claimability test as a guard. The table stays the truth: an
-// item the guard rejects is re-read, and ReleaseExpired rebuilds the
-// index. One process owns a file's queue: items another process enqueues
-// into the same file are not claimed by this DB until its next Open (the
-// guard keeps such a race from ever leasing an item twice). Enqueue keeps
+// write's post-commit hook in commit order. Claim picks there, so its cost
+// does not depend on the backlog, and writes nothing: a fresh lease is
+// soft, held by the index (Lookup and Records show it), and reaches the
+// row with the lease's first operation, which writes the claim (attempts,
+// claims, owner, first claim time) and its own change in one statement
+// guarded by the row's claims count. A turn that the gates end thus costs
+// one queue write, its completion. ReleaseExpired writes back expired soft
+// leases and Close the ones still held; a process that dies holding a soft
+// lease leaves the row as it was before the claim, so the item is
+// claimable again at once and that attempt is not counted (the pipeline
+// extends a lease, making it durable, before a turn's first model call).
+// A lease operation pins its item in the index until its write lands, so
+// no claim takes an item whose lease is being written. The table stays the
+// truth for everything else: a row that a write finds changed is re-read,
+// and ReleaseExpired rebuilds the index (keeping the soft leases). One
+// process owns a file's queue: items another process enqueues into the
+// same file are not claimed by this DB until its next Open, and a lease
+// granted by another handle makes the second holder's first lease
+// operation fail, so such a race never takes effect twice. Enqueue keeps
 // the event it stored (in the form decoding its row gives back), so a
 // claim hands it out without reading or decoding the row.
 //

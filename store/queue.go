@@ -116,6 +116,9 @@ func (d *DB) Enqueue(ctx context.Context, it inbound.Item) (bool, error) {
 			enqueued = true
 			return nil
 		}
+		if d.sched.softLeased(it.ID) {
+			return nil // leased, though the row does not show it yet (see Claim)
+		}
 		_, err = tx.exec(sqlRaisePriority, r.ev.rowid, r.priority, now, r.history)
 		return err
 	}, func() {
@@ -254,37 +257,6 @@ func (d *DB) Record(ctx context.Context, it inbound.Item, o inbound.Outcome) (bo
 	return inserted, nil
 }
 
-// sqlClaim leases the items the claim index picked (?4, a JSON array of
-// ids) in one statement. The guard repeats the claimability test, so an
-// item that changed under the index (another handle on the file) is not
-// leased twice: it just does not come back. ?5 lists the ids whose event
-// payload the index does not hold; only those read it.
-const sqlClaim = `
-UPDATE inbound_items SET
-    status = 'leased', lease_owner = ?3, lease_until = ?2, attempts = attempts + 1, claims = claims + 1,
-    first_claimed_at = coalesce(first_claimed_at, ?1),
-    outcome = NULL, reason = NULL, merged_into = NULL, updated_at = ?1
-WHERE rid IN (SELECT value FROM json_each(?4))
-    AND ((status = 'pending' AND available_at <= ?1) OR (status = 'leased' AND lease_until <= ?1))
-RETURNING id, attempts, claims, history_only, session_key, chat_kind, priority, event_time, available_at,
-    CASE WHEN rid IN (SELECT value FROM json_each(?5))
-        THEN (SELECT payload FROM message_events m WHERE m.rowid = inbound_items.rid) END`
-
-// sqlClaimHeld is sqlClaim for a pick whose events the index holds all
-// (the usual case): it reads no payload, and SQLite builds no lookup table
-// for an empty ?5.
-var sqlClaimHeld = strings.Replace(sqlClaim, `CASE WHEN rid IN (SELECT value FROM json_each(?5))
-        THEN (SELECT payload FROM message_events m WHERE m.rowid = inbound_items.rid) END`, `NULL`, 1)
-
-// claimed is one row returned by sqlClaim.
-type claimed struct {
-	attempts int
-	claims   int
-	payload  []byte
-	// The leased row as the claim index needs it.
-	item schedItem
-}
-
 // Claim implements inbound.Queue: it leases up to limits.Max claimable
 // items (pending and available, or leased with an expired lease) in the
 // order priority DESC, event time, id, skipping sessions at their
@@ -296,15 +268,28 @@ type claimed struct {
 // claims nothing.
 //
 // The choice is made on the DB's in-memory claim index (see sched.go), so
-// it costs the same whatever the backlog, and a claim with nothing
-// claimable touches no SQL at all; the leases are written by one guarded
-// UPDATE. Concurrent claims never pick the same item: an item is reserved
-// in the index from the moment it is picked.
+// it costs the same whatever the backlog, and concurrent claims never pick
+// the same item.
+//
+// A claim writes nothing: its leases are soft, held by the index and
+// shown by Lookup and Records, and reach the row with the lease's first
+// operation (Extend, Complete, Retry, Snooze, Release), which writes the
+// claim and the operation in one statement; ReleaseExpired writes back
+// expired soft leases, and Close the ones still held. A turn ended by the
+// gates therefore costs one queue write (its completion) instead of two. A
+// process that dies holding a soft lease leaves the row as it was before
+// the claim: the item is claimable again at once and that attempt is not
+// counted. A caller that is about to do something that could kill the
+// process (call a model, send) makes the attempt durable first by
+// extending the lease, as the pipeline does once the gates have passed.
 //
 // Lease operations (Extend, Complete, Retry, Snooze, Release) succeed only
-// while the row is leased to l.Owner with l.Claims claims; every claim
+// while the item is leased to l.Owner with l.Claims claims; every claim
 // increments the claims, so a holder whose lease expired and was claimed
-// again, even under the same owner name, gets inbound.ErrLeaseLost.
+// again, even under the same owner name, gets inbound.ErrLeaseLost. The
+// row's claims count fences the write, so a lease granted behind this DB's
+// back (by another handle on the file) makes the other holder's first
+// operation fail instead of doubling it.
 func (d *DB) Claim(ctx context.Context, limits inbound.Limits) ([]inbound.Lease, error) {
 	if limits.Max <= 0 {
 		return nil, nil
@@ -324,106 +309,36 @@ func (d *DB) Claim(ctx context.Context, limits inbound.Limits) ([]inbound.Lease,
 	}
 	now := d.now()
 	until := now + lease.Milliseconds()
-	chosen := d.sched.pick(now, limits.Max, perPrivate, perGroup)
-	if len(chosen) == 0 {
+	got := d.sched.claim(now, until, limits.Owner, limits.Max, perPrivate, perGroup)
+	if len(got) == 0 {
 		return nil, nil
 	}
-	return d.leasePicked(ctx, chosen, now, until, limits.Owner)
-}
-
-// leasePicked writes the leases of the items a pick reserved and settles
-// the claim index in the write's post-commit hook.
-func (d *DB) leasePicked(ctx context.Context, chosen []picked, now, until int64, owner string) ([]inbound.Lease, error) {
-	ids := make([]int64, len(chosen))
-	var need []int64
-	for i, it := range chosen {
-		ids[i] = it.rid
-		if it.ev == nil {
-			need = append(need, it.rid)
-		}
-	}
-	idsJSON, err := json.Marshal(ids)
-	if err != nil {
-		d.sched.settleClaim(chosen, nil, now)
-		return nil, fmt.Errorf("store: claim: %w", err)
-	}
-	needJSON, err := json.Marshal(need)
-	if err != nil {
-		d.sched.settleClaim(chosen, nil, now)
-		return nil, fmt.Errorf("store: claim: %w", err)
-	}
-	got := make(map[string]claimed, len(chosen))
-	rids := make(map[string]int64, len(chosen))
-	for _, p := range chosen {
-		rids[p.id] = p.rid
-	}
-	var lost []string
-	err = d.writeThen(ctx, func(tx wtx) error {
-		clear(got)
-		var rs *sql.Rows
-		var err error
-		if len(need) == 0 {
-			rs, err = tx.query(sqlClaimHeld, now, until, owner, string(idsJSON))
-		} else {
-			rs, err = tx.query(sqlClaim, now, until, owner, string(idsJSON), string(needJSON))
-		}
-		if err != nil {
-			return err
-		}
-		defer func() { _ = rs.Close() }()
-		for rs.Next() {
-			var (
-				id      string
-				c       claimed
-				payload sql.RawBytes
-			)
-			var kind string
-			it := &c.item
-			if err := rs.Scan(&id, &c.attempts, &c.claims, &it.history, &it.session, &kind, &it.priority,
-				&it.eventTime, &it.availableAt, &payload); err != nil {
-				return err
+	var payloads map[int64][]byte
+	for _, c := range got {
+		if c.ev == nil {
+			var err error
+			if payloads, err = d.readPayloads(ctx, got); err != nil {
+				d.sched.unclaim(got, now)
+				return nil, fmt.Errorf("store: claim: %w", err)
 			}
-			it.id, it.private, it.leased, it.leaseUntil, it.claims = id, kind == "private", true, until, c.claims
-			it.rid = rids[id]
-			if payload != nil {
-				c.payload = append([]byte(nil), payload...)
-			}
-			got[id] = c
+			break
 		}
-		return rs.Err()
-	}, func() {
-		items := make(map[string]*schedItem, len(got))
-		for id, c := range got {
-			items[id] = &c.item
-		}
-		lost = d.sched.settleClaim(chosen, items, now)
-	})
-	if err != nil {
-		d.sched.settleClaim(chosen, nil, now)
-		return nil, fmt.Errorf("store: claim: %w", err)
-	}
-	if len(lost) > 0 {
-		d.refresh(ctx, lost)
 	}
 	leases := make([]inbound.Lease, 0, len(got))
-	for _, it := range chosen {
-		c, ok := got[it.id]
-		if !ok {
-			continue
-		}
+	for _, c := range got {
 		l := inbound.Lease{
-			Item: inbound.Item{ID: it.id, SessionKey: c.item.session, Priority: c.item.priority, HistoryOnly: c.item.history,
-				AvailableAt: fromMs(c.item.availableAt)},
-			Owner: owner, Until: fromMs(until), Attempts: c.attempts, Claims: c.claims,
+			Item: inbound.Item{ID: c.id, SessionKey: c.session, Priority: c.priority, HistoryOnly: c.history,
+				AvailableAt: fromMs(c.availableAt)},
+			Owner: limits.Owner, Until: fromMs(until), Attempts: c.attempts, Claims: c.claims,
 		}
-		if it.ev != nil {
-			l.Event = *it.ev
-		} else if len(c.payload) > 0 {
-			ev, err := d.events.decode(it.id, c.payload)
+		if c.ev != nil {
+			l.Event = *c.ev
+		} else if p := payloads[c.rid]; len(p) > 0 {
+			ev, err := d.events.decode(c.id, p)
 			if err != nil {
 				// The lease is held; report it with what is known rather than
 				// stranding it until expiry.
-				d.log.Error("store: undecodable event payload", "id", it.id, "err", err)
+				d.log.Error("store: undecodable event payload", "id", c.id, "err", err)
 			} else {
 				l.Event = ev
 			}
@@ -431,6 +346,39 @@ func (d *DB) leasePicked(ctx context.Context, chosen []picked, now, until int64,
 		leases = append(leases, l)
 	}
 	return leases, nil
+}
+
+// readPayloads reads the stored events of the claimed items the index does
+// not hold, by transcript rowid.
+func (d *DB) readPayloads(ctx context.Context, got []claimedItem) (map[int64][]byte, error) {
+	var rids []int64
+	for _, c := range got {
+		if c.ev == nil {
+			rids = append(rids, c.rid)
+		}
+	}
+	js, err := json.Marshal(rids)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := d.rdb.QueryContext(ctx, `SELECT rowid, payload FROM message_events
+WHERE rowid IN (SELECT value FROM json_each(?))`, string(js))
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = rows.Close() }()
+	out := make(map[int64][]byte, len(rids))
+	for rows.Next() {
+		var (
+			rid int64
+			p   []byte
+		)
+		if err := rows.Scan(&rid, &p); err != nil {
+			return nil, err
+		}
+		out[rid] = p
+	}
+	return out, rows.Err()
 }
 
 // sqlLiveItem reads one item for the claim index.
@@ -464,19 +412,45 @@ func (d *DB) refresh(ctx context.Context, ids []string) {
 	}
 }
 
-// leaseOp runs a conditional update on the item of lease l: it changes the
-// row only while it is leased by l.Owner with l.Claims claims, and returns
-// inbound.ErrLeaseLost otherwise. The claim count acts as a fencing token:
-// every claim increments it and nothing decrements it, so a holder whose
-// lease expired and was claimed again (even under the same owner name) no
-// longer matches.
+// leaseOp runs a lease operation on the item of lease l. The claim index
+// is asked first: a lease it knows to be stale fails with
+// inbound.ErrLeaseLost at once, and a lease it holds is pinned until the
+// write lands (no claim takes the item meanwhile, even if the lease
+// expires). A lease the row already has is updated by q (args after ?1 id,
+// ?2 owner, ?3 claims), guarded by leaseHeld. A soft lease (see Claim) is
+// written whole by the statement soft builds, guarded by the row's claims
+// count.
 //
 // after updates the claim index; it runs after the commit, in commit order,
 // and only when the operation succeeded.
-func (d *DB) leaseOp(ctx context.Context, op string, l *inbound.Lease, after func(), q string, args ...any) error {
-	all := append([]any{l.ID, l.Owner, l.Claims}, args...)
+func (d *DB) leaseOp(ctx context.Context, op string, l *inbound.Lease, after func(), q string, args []any,
+	soft func(sl softLease) (string, []any)) error {
+	var (
+		sl                 softLease
+		isSoft, pinned, ok bool
+	)
+	for {
+		var wait <-chan struct{}
+		sl, isSoft, pinned, ok, wait = d.sched.pinLease(l.ID, l.Owner, l.Claims)
+		if wait == nil {
+			break
+		}
+		select {
+		case <-wait:
+		case <-ctx.Done():
+			return fmt.Errorf("store: %s %s: %w", op, l.ID, ctx.Err())
+		}
+	}
+	if !ok {
+		return fmt.Errorf("store: %s %s: %w", op, l.ID, inbound.ErrLeaseLost)
+	}
+	if isSoft {
+		q, args = soft(sl)
+	} else {
+		args = append([]any{l.ID, l.Owner, l.Claims}, args...)
+	}
 	err := d.writeThen(ctx, func(tx wtx) error {
-		res, err := tx.exec(q, all...)
+		res, err := tx.exec(q, args...)
 		if err != nil {
 			return err
 		}
@@ -486,20 +460,61 @@ func (d *DB) leaseOp(ctx context.Context, op string, l *inbound.Lease, after fun
 		return nil
 	}, after)
 	if err != nil {
+		if pinned {
+			d.sched.unpin(l.ID, l.Claims, d.now())
+			if errors.Is(err, inbound.ErrLeaseLost) {
+				// The row moved on behind the index's back.
+				d.refresh(ctx, []string{l.ID})
+			}
+		}
 		return fmt.Errorf("store: %s %s: %w", op, l.ID, err)
 	}
 	return nil
 }
 
-// leaseHeld is the condition every lease operation shares; ?1 id, ?2 owner,
-// ?3 claims.
+// leaseHeld is the condition every lease operation on a lease the row has
+// shares; ?1 id, ?2 owner, ?3 claims.
 const leaseHeld = ` WHERE ` + itemByID + ` AND status = 'leased' AND lease_owner = ?2 AND claims = ?3`
 
+// softHeld is the condition of a write that puts a soft lease into the row:
+// the row is live and has the claims count the index last wrote. Its
+// parameters follow the statement's own.
+func softHeld(rid, dbClaims int) string {
+	return fmt.Sprintf(` WHERE rid = ?%d AND claims = ?%d AND status IN ('pending', 'leased')`, rid, dbClaims)
+}
+
+// softClaim sets the claim columns of a soft lease: ?3 claims, then
+// attempts and the first claim time at the given parameters.
+func softClaim(attempts, firstClaim int) string {
+	return fmt.Sprintf(`claims = ?3, attempts = ?%d, first_claimed_at = coalesce(first_claimed_at, ?%d)`,
+		attempts, firstClaim)
+}
+
 const sqlExtend = `UPDATE inbound_items SET lease_until = ?4, updated_at = ?5` + leaseHeld
+
+var sqlExtendSoft = `UPDATE inbound_items SET status = 'leased', lease_owner = ?2, lease_until = ?4, updated_at = ?5,
+    outcome = NULL, reason = NULL, merged_into = NULL, ` + softClaim(6, 7) + softHeld(8, 9)
+
+// softArgs lists a soft statement's parameters: ?1 id, ?2 owner, ?3
+// claims, args, then the attempts, the first claim time, the row and its
+// claims count.
+func softArgs(l *inbound.Lease, sl softLease, args ...any) []any {
+	out := append([]any{l.ID, l.Owner, l.Claims}, args...)
+	return append(out, sl.attempts, nullMs0(sl.firstClaim), sl.rid, sl.dbClaims)
+}
+
+// nullMs0 is a unix-millisecond time, NULL for zero.
+func nullMs0(t int64) any {
+	if t == 0 {
+		return nil
+	}
+	return t
+}
 
 // Extend implements inbound.Queue: it moves the lease's expiry to now + dur
 // (dur ≤ 0 means inbound.DefaultLease) and updates l.Until. It fails with
 // inbound.ErrLeaseLost, changing nothing, unless l is the current lease.
+// The first Extend of a soft lease (see Claim) writes the claim.
 func (d *DB) Extend(ctx context.Context, l *inbound.Lease, dur time.Duration) error {
 	if l == nil {
 		return fmt.Errorf("%w: nil lease", ErrInvalid)
@@ -509,8 +524,9 @@ func (d *DB) Extend(ctx context.Context, l *inbound.Lease, dur time.Duration) er
 	}
 	now := d.now()
 	until := now + dur.Milliseconds()
-	after := func() { d.sched.leaseChanged(l.ID, l.Claims, false, true, 0, until, now) }
-	if err := d.leaseOp(ctx, "extend", l, after, sqlExtend, until, now); err != nil {
+	after := func() { d.sched.leaseChanged(l.ID, l.Claims, false, true, 0, until, 0, now) }
+	soft := func(sl softLease) (string, []any) { return sqlExtendSoft, softArgs(l, sl, until, now) }
+	if err := d.leaseOp(ctx, "extend", l, after, sqlExtend, []any{until, now}, soft); err != nil {
 		return err
 	}
 	l.Until = fromMs(until)
@@ -522,7 +538,7 @@ func (d *DB) Extend(ctx context.Context, l *inbound.Lease, dur time.Duration) er
 const stageRank = `CASE %s WHEN 'generated' THEN 1 WHEN 'send_attempted' THEN 2 WHEN 'failed' THEN 3
     WHEN 'acknowledged' THEN 4 WHEN 'echo_persisted' THEN 5 ELSE 0 END`
 
-var sqlComplete = `UPDATE inbound_items SET
+var sqlCompleteSet = `UPDATE inbound_items SET
     status = 'done', lease_until = NULL, outcome = ?4, reason = ?5,
     delivery_stage = CASE WHEN ` + fmt.Sprintf(stageRank, "?6") + ` >= ` + fmt.Sprintf(stageRank, "delivery_stage") + `
         THEN ?6 ELSE delivery_stage END,
@@ -530,26 +546,41 @@ var sqlComplete = `UPDATE inbound_items SET
     gates_done_at = coalesce(?9, gates_done_at), generation_start_at = coalesce(?10, generation_start_at),
     generation_end_at = coalesce(?11, generation_end_at), first_send_at = coalesce(?12, first_send_at),
     first_ack_at = coalesce(?13, first_ack_at), tokens = coalesce(?14, tokens), kind = ?15,
-    completed_at = ?16, updated_at = ?16` + leaseHeld
+    completed_at = ?16, updated_at = ?16`
+
+var (
+	sqlComplete     = sqlCompleteSet + leaseHeld
+	sqlCompleteSoft = sqlCompleteSet + `, lease_owner = ?2, ` + softClaim(17, 18) + softHeld(19, 20)
+)
 
 // Complete implements inbound.Queue: the item becomes done with the
 // outcome's code, reason, delivery stage (never moved backwards), outbound
 // ids, merge target, timings, tokens and kind; completed_at is now. o.Code
 // must be a valid outcome code (ErrInvalid otherwise). Only the current
-// lease holder may complete (inbound.ErrLeaseLost).
+// lease holder may complete (inbound.ErrLeaseLost). A soft lease's claim
+// is written by the same statement.
 func (d *DB) Complete(ctx context.Context, l inbound.Lease, o inbound.Outcome) error {
 	or, err := encodeOutcome(&o)
 	if err != nil {
 		return fmt.Errorf("store: complete %s: %w", l.ID, err)
 	}
 	now := d.now()
-	after := func() { d.sched.leaseChanged(l.ID, l.Claims, true, false, 0, 0, now) }
-	return d.leaseOp(ctx, "complete", &l, after, sqlComplete, or.code, or.reason, or.stage, or.outbound, or.merged,
-		or.gates, or.genStart, or.genEnd, or.firstSend, or.firstAck, or.tokens, or.kind, now)
+	after := func() { d.sched.leaseChanged(l.ID, l.Claims, true, false, 0, 0, 0, now) }
+	args := []any{or.code, or.reason, or.stage, or.outbound, or.merged,
+		or.gates, or.genStart, or.genEnd, or.firstSend, or.firstAck, or.tokens, or.kind, now}
+	soft := func(sl softLease) (string, []any) { return sqlCompleteSoft, softArgs(&l, sl, args...) }
+	return d.leaseOp(ctx, "complete", &l, after, sqlComplete, args, soft)
 }
 
-const sqlRetry = `UPDATE inbound_items SET status = 'pending', lease_owner = NULL, lease_until = NULL,
-    available_at = ?4, attempts = max(attempts - ?5, 0), last_error = ?6, updated_at = ?7` + leaseHeld
+const sqlRetrySet = `UPDATE inbound_items SET status = 'pending', lease_owner = NULL, lease_until = NULL,
+    available_at = ?4, last_error = ?6, updated_at = ?7`
+
+const sqlRetry = sqlRetrySet + `, attempts = max(attempts - ?5, 0)` + leaseHeld
+
+// sqlRetrySoft writes a soft lease's claim and ends it like sqlRetry; ?8
+// is the lease's attempts less the one given back.
+var sqlRetrySoft = sqlRetrySet + `, outcome = NULL, reason = NULL, merged_into = NULL, ` + softClaim(8, 9) +
+	softHeld(10, 11)
 
 // Retry implements inbound.Queue: the item returns to pending, claimable
 // from at (zero = now), its attempt stays counted and cause's text is kept
@@ -560,29 +591,45 @@ func (d *DB) Retry(ctx context.Context, l inbound.Lease, at time.Time, cause err
 	if cause != nil {
 		msg = cause.Error()
 	}
-	avail := availAt(at, now)
-	after := func() { d.sched.leaseChanged(l.ID, l.Claims, false, false, avail, 0, now) }
-	return d.leaseOp(ctx, "retry", &l, after, sqlRetry, avail, 0, msg, now)
+	return d.backToPending(ctx, "retry", &l, availAt(at, now), 0, msg, now)
 }
 
 // Snooze implements inbound.Queue: like Retry, but the attempt is given back
 // (attempts − 1); reason is kept as last_error.
 func (d *DB) Snooze(ctx context.Context, l inbound.Lease, at time.Time, reason string) error {
 	now := d.now()
-	avail := availAt(at, now)
-	after := func() { d.sched.leaseChanged(l.ID, l.Claims, false, false, avail, 0, now) }
-	return d.leaseOp(ctx, "snooze", &l, after, sqlRetry, avail, 1, nullStr(reason), now)
+	return d.backToPending(ctx, "snooze", &l, availAt(at, now), 1, nullStr(reason), now)
+}
+
+// backToPending ends lease l with the item pending from avail, giving back
+// giveBack (0 or 1) attempts and keeping lastErr.
+func (d *DB) backToPending(ctx context.Context, op string, l *inbound.Lease, avail int64, giveBack int, lastErr any,
+	now int64) error {
+	after := func() { d.sched.leaseChanged(l.ID, l.Claims, false, false, avail, 0, -giveBack, now) }
+	soft := func(sl softLease) (string, []any) {
+		sl.attempts = max(sl.attempts-giveBack, 0)
+		return sqlRetrySoft, softArgs(l, sl, avail, giveBack, lastErr, now)
+	}
+	return d.leaseOp(ctx, op, l, after, sqlRetry, []any{avail, giveBack, lastErr, now}, soft)
 }
 
 const sqlRelease = `UPDATE inbound_items SET status = 'pending', lease_owner = NULL, lease_until = NULL,
     available_at = ?4, attempts = max(attempts - 1, 0), updated_at = ?4` + leaseHeld
 
+var sqlReleaseSoft = `UPDATE inbound_items SET status = 'pending', lease_owner = NULL, lease_until = NULL,
+    available_at = ?4, updated_at = ?4, outcome = NULL, reason = NULL, merged_into = NULL, ` + softClaim(5, 6) +
+	softHeld(7, 8)
+
 // Release implements inbound.Queue: the item is pending and claimable at
 // once, and the attempt is given back.
 func (d *DB) Release(ctx context.Context, l inbound.Lease) error {
 	now := d.now()
-	after := func() { d.sched.leaseChanged(l.ID, l.Claims, false, false, now, 0, now) }
-	return d.leaseOp(ctx, "release", &l, after, sqlRelease, now)
+	after := func() { d.sched.leaseChanged(l.ID, l.Claims, false, false, now, 0, -1, now) }
+	soft := func(sl softLease) (string, []any) {
+		sl.attempts = max(sl.attempts-1, 0)
+		return sqlReleaseSoft, softArgs(&l, sl, now)
+	}
+	return d.leaseOp(ctx, "release", &l, after, sqlRelease, []any{now}, soft)
 }
 
 func availAt(at time.Time, now int64) int64 {
@@ -596,28 +643,93 @@ const sqlReleaseExpired = `UPDATE inbound_items SET status = 'pending', lease_ow
     updated_at = ?1
 WHERE status = 'leased' AND lease_until <= ?1`
 
+// sqlWriteSoft puts a soft lease into its row as it stands: ?1 status,
+// ?2 owner, ?3 claims, ?4 lease_until, ?5 now.
+var sqlWriteSoft = `UPDATE inbound_items SET status = ?1, lease_owner = ?2, lease_until = ?4, updated_at = ?5,
+    outcome = NULL, reason = NULL, merged_into = NULL, ` + softClaim(6, 7) + softHeld(8, 9)
+
 // ReleaseExpired implements inbound.Queue: every item whose lease has
-// expired becomes pending again (its attempts stay counted).
+// expired becomes pending again (its attempts stay counted). Expired soft
+// leases (see Claim) are written back with their claims and attempts.
 func (d *DB) ReleaseExpired(ctx context.Context) (int, error) {
 	now := d.now()
-	var n int64
-	err := d.write(ctx, func(tx wtx) error {
+	var (
+		n, hard int64
+		ids     []string
+		soft    []softLease
+		ok      []bool
+	)
+	err := d.writeThen(ctx, func(tx wtx) error {
+		n, hard = 0, 0
+		if ids == nil {
+			ids, soft = d.sched.pinExpiredSoft(now)
+			ok = make([]bool, len(ids))
+		}
 		res, err := tx.exec(sqlReleaseExpired, now)
 		if err != nil {
 			return err
 		}
-		n = affected(res)
+		hard = affected(res)
+		for i, sl := range soft {
+			res, err := tx.exec(sqlWriteSoft, "pending", nil, sl.claims, nil, now, sl.attempts, nullMs0(sl.firstClaim),
+				sl.rid, sl.dbClaims)
+			if err != nil {
+				return err
+			}
+			ok[i] = affected(res) == 1
+			if ok[i] {
+				n++
+			}
+		}
+		n += hard
 		return nil
+	}, func() {
+		for i, id := range ids {
+			if ok[i] {
+				d.sched.leaseChanged(id, soft[i].claims, false, false, soft[i].availableAt, 0, 0, now)
+			}
+		}
 	})
+	var lost []string
+	for i, id := range ids {
+		if err != nil || !ok[i] {
+			d.sched.unpin(id, soft[i].claims, now)
+			if err == nil {
+				lost = append(lost, id)
+			}
+		}
+	}
 	if err != nil {
 		return 0, fmt.Errorf("store: release expired: %w", err)
 	}
-	if n > 0 {
+	if len(lost) > 0 {
+		d.refresh(ctx, lost)
+	}
+	if hard > 0 {
 		if err := d.reload(ctx); err != nil {
 			return int(n), fmt.Errorf("store: release expired: %w", err)
 		}
 	}
 	return int(n), nil
+}
+
+// writeSoftLeases puts every soft lease still held into its row (Close:
+// the next handle on the file honours them like any lease).
+func (d *DB) writeSoftLeases(ctx context.Context) error {
+	now := d.now()
+	ids, owners, untils, soft := d.sched.pinAllSoft()
+	if len(ids) == 0 {
+		return nil
+	}
+	return d.write(ctx, func(tx wtx) error {
+		for i, sl := range soft {
+			if _, err := tx.exec(sqlWriteSoft, "leased", owners[i], sl.claims, untils[i], now, sl.attempts,
+				nullMs0(sl.firstClaim), sl.rid, sl.dbClaims); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
 }
 
 // NextAvailable implements inbound.Queue: the earliest available_at of a
@@ -694,6 +806,7 @@ func (d *DB) Lookup(ctx context.Context, id string) (inbound.Record, error) {
 	if err != nil {
 		return inbound.Record{}, fmt.Errorf("store: lookup %s: %w", id, err)
 	}
+	d.sched.overlay(&r)
 	return r, nil
 }
 
@@ -720,7 +833,13 @@ func (d *DB) Records(ctx context.Context, q RecordQuery) ([]inbound.Record, erro
 		where = append(where, "i.rid IN (SELECT rowid FROM message_events WHERE session_key = ?) AND i.session_key = ?")
 		args = append(args, q.SessionKey, q.SessionKey)
 	}
-	if q.Status != "" {
+	// A soft lease (see Claim) is not in the row: a pending or leased item
+	// may be either, so both are read and told apart after the overlay.
+	live := q.Status == inbound.StatusPending || q.Status == inbound.StatusLeased
+	switch {
+	case live:
+		where = append(where, "i.status IN ('pending', 'leased')")
+	case q.Status != "":
 		where = append(where, "i.status = ?")
 		args = append(args, string(q.Status))
 	}
@@ -729,11 +848,26 @@ func (d *DB) Records(ctx context.Context, q RecordQuery) ([]inbound.Record, erro
 		stmt += " WHERE " + strings.Join(where, " AND ")
 	}
 	stmt += " ORDER BY i.event_time, i.id"
-	if q.Limit > 0 {
+	if q.Limit > 0 && !live {
 		stmt += " LIMIT ?"
 		args = append(args, q.Limit)
 	}
-	return selectAll(ctx, d, "records", scanRecord, stmt, args...)
+	recs, err := selectAll(ctx, d, "records", scanRecord, stmt, args...)
+	if err != nil {
+		return nil, err
+	}
+	out := recs[:0]
+	for _, r := range recs {
+		d.sched.overlay(&r)
+		if live && r.Status != q.Status {
+			continue
+		}
+		out = append(out, r)
+		if q.Limit > 0 && len(out) == q.Limit {
+			break
+		}
+	}
+	return out, nil
 }
 
 // NewestEventTime returns the newest event time in the transcript (every

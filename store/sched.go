@@ -9,6 +9,7 @@ import (
 	"sync"
 
 	"github.com/personakit/persona/channel"
+	"github.com/personakit/persona/inbound"
 )
 
 // The claim index.
@@ -19,14 +20,19 @@ import (
 // sessions by their best item; and two time heaps, one of the pending items
 // that are not available yet and one of the leases by expiry. Claim decides
 // in memory which items to take (so its cost does not depend on the
-// backlog or on what SQL can express cheaply) and applies the decision with
-// one guarded UPDATE; inbound_items stays the truth, the index is rebuilt
-// from it at Open and kept in step by this DB's own writes: every change is
-// applied by the write's post-commit hook, on the writer goroutine, so the
-// index sees the writes in commit order (a pick only reserves items; the
-// claim's hook settles them against whatever committed before it). A second DB handle writing the same file's queue is not seen
-// (one process owns a queue file, see the package documentation); the
-// guard makes such a race lose a claim, never double it.
+// backlog or on what SQL can express cheaply) and leases them there: a
+// soft lease, which the row gets with the lease's first operation (see
+// DB.Claim). inbound_items stays the truth for everything else; the index
+// is rebuilt from it at Open (and by ReleaseExpired, keeping the soft
+// leases) and kept in step by this DB's own writes: every change is applied
+// by the write's post-commit hook, on the writer goroutine, so the index
+// sees the writes in commit order. A lease operation pins its item (out of
+// every heap, counted in flight) from before its write is queued until its
+// hook or failure settles it, so no claim takes it meanwhile. A second DB
+// handle writing the same file's queue is not seen (one process owns a
+// queue file, see the package documentation); the row's claims count,
+// which every write of a lease checks, makes such a race fail the second
+// holder's first write, never take effect twice.
 
 // Where a live item sits in the index.
 const (
@@ -51,11 +57,24 @@ type schedItem struct {
 	eventTime   int64
 	history     bool
 	availableAt int64
-	leased      bool  // status in the table
+	leased      bool  // leased (in the table, or softly: see soft)
 	leaseUntil  int64 // when leased
-	claims      int
-	ev          *channel.Event // the stored event, nil when not held; shared read-only
-	size        int            // its encoded size, for the bound
+	claims      int   // every claim, this DB's soft ones included
+	attempts    int   // counted attempts, this DB's soft claims included
+	// soft marks a lease this DB granted in memory only: the row still
+	// shows the item as it was before the claim (see DB.Claim). dbClaims
+	// is the claims count the row has; owner and firstClaim describe the
+	// soft lease (firstClaim: the first claim this DB made, for a row
+	// without first_claimed_at).
+	soft       bool
+	dbClaims   int
+	owner      string
+	firstClaim int64
+	// pinWait, while a lease operation's write is in flight (see
+	// pinLease), is closed when the item is settled.
+	pinWait chan struct{}
+	ev      *channel.Event // the stored event, nil when not held; shared read-only
+	size    int            // its encoded size, for the bound
 
 	loc     int
 	heapIdx int // position in the heap loc names
@@ -201,6 +220,10 @@ func (s *sched) detach(it *schedItem) {
 		ss.inflight--
 	case locClaiming:
 		ss.inflight--
+		if it.pinWait != nil {
+			close(it.pinWait)
+			it.pinWait = nil
+		}
 	}
 	it.loc, it.heapIdx = locNone, -1
 }
@@ -269,24 +292,27 @@ func (s *sched) advance(now int64) {
 	}
 }
 
-// picked is an item chosen by pick, with its id and held event as they
-// were when it was picked (the claim's write returns the rest of the row).
-type picked struct {
-	it  *schedItem
-	id  string
-	rid int64
-	ev  *channel.Event
+// claimedItem is a snapshot of an item a claim leased.
+type claimedItem struct {
+	id, session      string
+	rid              int64
+	priority         int
+	history          bool
+	availableAt      int64
+	attempts, claims int
+	ev               *channel.Event
 }
 
-// pick chooses up to max claimable items at now in claim order, skipping
-// sessions at their in-flight limit, and marks them as being claimed (they
-// count in flight until settle).
-func (s *sched) pick(now int64, max, perPrivate, perGroup int) []picked {
+// claim leases up to max claimable items at now in claim order, skipping
+// sessions at their in-flight limit, in memory only: each becomes a soft
+// lease of owner until until, one claim and one attempt more (see
+// DB.Claim). It returns the leased items in claim order.
+func (s *sched) claim(now, until int64, owner string, max, perPrivate, perGroup int) []claimedItem {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.advance(now)
 	var (
-		out  []picked
+		out  []claimedItem
 		full []*schedSession
 	)
 	for len(out) < max && len(s.order) > 0 {
@@ -302,9 +328,15 @@ func (s *sched) pick(now int64, max, perPrivate, perGroup int) []picked {
 			continue
 		}
 		s.detach(it)
-		it.loc = locClaiming
-		ss.inflight++
-		out = append(out, picked{it: it, id: it.id, rid: it.rid, ev: it.ev})
+		if it.firstClaim == 0 {
+			it.firstClaim = now
+		}
+		it.leased, it.leaseUntil, it.soft, it.owner = true, until, true, owner
+		it.claims++
+		it.attempts++
+		s.attach(it, now)
+		out = append(out, claimedItem{id: it.id, session: it.session, rid: it.rid, priority: it.priority,
+			history: it.history, availableAt: it.availableAt, attempts: it.attempts, claims: it.claims, ev: it.ev})
 	}
 	for _, ss := range full {
 		s.fixSession(ss)
@@ -312,48 +344,141 @@ func (s *sched) pick(now int64, max, perPrivate, perGroup int) []picked {
 	return out
 }
 
-// settleClaim applies the outcome of a claim write. It runs as the
-// write's post-commit hook (in commit order) with got holding the rows the
-// write leased, or from the caller with got == nil when the write failed,
-// which puts back the items still reserved. A leased row is applied to
-// whatever item the index holds for its id now (a reload, or a lease
-// operation of the previous holder that committed first, may have replaced
-// or moved the picked one) unless that item already shows this claim; an
-// id the index lost meanwhile is added. A picked item the write did not
-// lease changed under the index (another handle) and is returned in lost
-// for the caller to re-read.
-func (s *sched) settleClaim(items []picked, got map[string]*schedItem, now int64) (lost []string) {
+// unclaim takes back soft leases just granted by claim (whose events could
+// not be read): the items are claimable again with their attempts given
+// back.
+func (s *sched) unclaim(items []claimedItem, now int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if got == nil {
-		for _, p := range items {
-			if it := p.it; s.items[it.id] == it && it.loc == locClaiming {
-				s.detach(it)
-				s.attach(it, now)
-			}
+	for _, c := range items {
+		it := s.items[c.id]
+		if it == nil || !it.soft || it.claims != c.claims || it.loc == locClaiming {
+			continue
 		}
-		return nil
+		s.detach(it)
+		it.attempts--
+		it.leaseUntil = now // expired: claimable at once, as the row has it
+		s.attach(it, now)
 	}
-	for _, p := range items {
-		row, ok := got[p.id]
-		cur := s.items[p.id]
-		switch {
-		case !ok:
-			if cur == p.it && cur.loc == locClaiming {
-				s.removeLocked(cur)
-			}
-			lost = append(lost, p.id)
-		case cur == nil:
-			row.ev, row.size = p.ev, p.it.size
-			s.addLocked(row, now)
-		case !cur.leased || cur.claims < row.claims || cur.loc == locClaiming && cur == p.it:
-			s.detach(cur)
-			cur.leased, cur.leaseUntil, cur.claims = true, row.leaseUntil, row.claims
-			cur.history = row.history
-			s.attach(cur, now)
+}
+
+// softLease is the state of a soft lease pinned for the write that ends or
+// hardens it.
+type softLease struct {
+	rid                        int64
+	dbClaims, attempts, claims int
+	firstClaim, availableAt    int64
+}
+
+// pinLease checks the lease (id, owner, claims) against the index before
+// a lease operation is written. ok is false when the index knows it is not
+// the item's current lease. Otherwise the item, when the index has it
+// leased, is pinned (pinned true): no claim takes it, even once expired,
+// until the write's hook applies the operation or unpin puts it back. For
+// a soft lease, soft is true and sl is its state, which the write must put
+// into the row whole; for any other lease the row has it and the write's
+// SQL guard decides.
+//
+// While another write about the same item is in flight, pinLease returns
+// its wait channel instead: the caller waits for it and asks again.
+func (s *sched) pinLease(id, owner string, claims int) (sl softLease, soft, pinned, ok bool, wait <-chan struct{}) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	it := s.items[id]
+	switch {
+	case it == nil:
+		return softLease{}, false, false, true, nil
+	case it.claims != claims, it.soft && (!it.leased || it.owner != owner):
+		return softLease{}, false, false, false, nil
+	case !it.leased:
+		return softLease{}, false, false, true, nil
+	case it.loc == locClaiming:
+		return softLease{}, false, false, false, it.pinWait
+	}
+	s.pin(it)
+	if !it.soft {
+		return softLease{}, false, true, true, nil
+	}
+	return softLease{rid: it.rid, dbClaims: it.dbClaims, attempts: it.attempts, claims: it.claims,
+		firstClaim: it.firstClaim, availableAt: it.availableAt}, true, true, true, nil
+}
+
+// pin takes the leased item it out of every heap while a write about its
+// lease is in flight: it counts in flight and no claim takes it.
+func (s *sched) pin(it *schedItem) {
+	s.detach(it)
+	it.loc = locClaiming
+	it.pinWait = make(chan struct{})
+	s.sessions[it.session].inflight++
+}
+
+// unpin puts back a lease pinned by pinLease (or pinExpiredSoft) whose
+// write failed.
+func (s *sched) unpin(id string, claims int, now int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if it := s.items[id]; it != nil && it.claims == claims && it.loc == locClaiming {
+		s.detach(it)
+		s.attach(it, now)
+	}
+}
+
+// pinExpiredSoft pins every soft lease that expired at now and is not
+// pinned already, and returns them (ReleaseExpired writes them back).
+func (s *sched) pinExpiredSoft(now int64) (ids []string, leases []softLease) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, it := range s.items {
+		if !it.soft || !it.leased || it.leaseUntil > now || it.loc == locClaiming {
+			continue
 		}
+		s.pin(it)
+		ids = append(ids, it.id)
+		leases = append(leases, softLease{rid: it.rid, dbClaims: it.dbClaims, attempts: it.attempts,
+			claims: it.claims, firstClaim: it.firstClaim, availableAt: it.availableAt})
 	}
-	return lost
+	return ids, leases
+}
+
+// pinAllSoft pins every soft lease that is not pinned already and returns
+// them with their owners and expiries (Close writes them).
+func (s *sched) pinAllSoft() (ids []string, owners []string, untils []int64, leases []softLease) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, it := range s.items {
+		if !it.soft || !it.leased || it.loc == locClaiming {
+			continue
+		}
+		s.pin(it)
+		ids, owners, untils = append(ids, it.id), append(owners, it.owner), append(untils, it.leaseUntil)
+		leases = append(leases, softLease{rid: it.rid, dbClaims: it.dbClaims, attempts: it.attempts,
+			claims: it.claims, firstClaim: it.firstClaim, availableAt: it.availableAt})
+	}
+	return ids, owners, untils, leases
+}
+
+// softLeased reports whether the item id has a soft lease.
+func (s *sched) softLeased(id string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	it := s.items[id]
+	return it != nil && it.soft
+}
+
+// overlay applies the index's soft lease of r's item, if any, to r: the
+// row does not show it yet.
+func (s *sched) overlay(r *inbound.Record) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	it := s.items[r.ID]
+	if it == nil || !it.soft {
+		return
+	}
+	r.Status, r.Attempts = inbound.StatusLeased, it.attempts
+	if r.FirstClaim.IsZero() && it.firstClaim != 0 {
+		r.FirstClaim = fromMs(it.firstClaim)
+	}
+	r.Outcome.Code, r.Outcome.Reason, r.Outcome.MergedInto = "", "", ""
 }
 
 // replace sets the index entries of ids to rows (the items' live rows as
@@ -373,8 +498,10 @@ func (s *sched) replace(ids []string, rows []*schedItem, now int64) {
 
 // leaseChanged applies a successful lease operation on the item id held
 // with claims: done removes it; otherwise it becomes pending from
-// availableAt (leased=false) or its lease runs until leaseUntil.
-func (s *sched) leaseChanged(id string, claims int, done, leased bool, availableAt, leaseUntil, now int64) {
+// availableAt (leased=false) or its lease runs until leaseUntil, and its
+// attempts change by attempts (never below zero). The row now has the
+// lease as the index does: a soft lease is soft no more.
+func (s *sched) leaseChanged(id string, claims int, done, leased bool, availableAt, leaseUntil int64, attempts int, now int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	it := s.items[id]
@@ -386,6 +513,8 @@ func (s *sched) leaseChanged(id string, claims int, done, leased bool, available
 		return
 	}
 	s.detach(it)
+	it.soft, it.dbClaims = false, it.claims
+	it.attempts = max(it.attempts+attempts, 0)
 	it.leased = leased
 	if leased {
 		it.leaseUntil = leaseUntil
@@ -447,7 +576,7 @@ func (s *sched) next() (at int64, ok bool) {
 
 // sqlLoadLive selects every live item for the index.
 const sqlLoadLive = `SELECT id, session_key, chat_kind, priority, event_time, history_only, available_at,
-    status, coalesce(lease_until, 0), claims, rid FROM inbound_items WHERE status IN ('pending', 'leased')`
+    status, coalesce(lease_until, 0), claims, rid, attempts FROM inbound_items WHERE status IN ('pending', 'leased')`
 
 // scanLive reads one row selected like sqlLoadLive.
 func scanLive(sc interface{ Scan(...any) error }) (*schedItem, error) {
@@ -456,12 +585,51 @@ func scanLive(sc interface{ Scan(...any) error }) (*schedItem, error) {
 		kind, status string
 	)
 	if err := sc.Scan(&it.id, &it.session, &kind, &it.priority, &it.eventTime, &it.history, &it.availableAt,
-		&status, &it.leaseUntil, &it.claims, &it.rid); err != nil {
+		&status, &it.leaseUntil, &it.claims, &it.rid, &it.attempts); err != nil {
 		return nil, err
 	}
+	it.dbClaims = it.claims
 	it.private = kind == "private"
 	it.leased = status == "leased"
 	return &it, nil
+}
+
+// keepSoft carries over to s, built from the table, what the table does
+// not have of old (the index being replaced): its soft leases, and the pins
+// of lease writes in flight (their hooks apply to s, and their waiters wait
+// on the same channel). A soft lease whose row's claims moved on since it
+// was granted (another handle claimed the item) is lost. old.mu is held by
+// the caller.
+func (s *sched) keepSoft(old *sched, now int64) {
+	for id, o := range old.items {
+		if !o.soft && o.loc != locClaiming {
+			continue
+		}
+		it := s.items[id]
+		want := o.claims
+		if o.soft {
+			want = o.dbClaims
+		}
+		if it == nil || it.claims != want {
+			if o.pinWait != nil {
+				close(o.pinWait)
+				o.pinWait = nil
+			}
+			continue
+		}
+		s.detach(it)
+		if o.soft {
+			it.leased, it.leaseUntil, it.soft, it.owner = true, o.leaseUntil, true, o.owner
+			it.claims, it.attempts, it.firstClaim = o.claims, o.attempts, o.firstClaim
+		}
+		if o.loc == locClaiming {
+			it.loc, it.pinWait = locClaiming, o.pinWait
+			o.pinWait = nil
+			s.session(it.session).inflight++
+		} else {
+			s.attach(it, now)
+		}
+	}
 }
 
 // reload rebuilds the claim index from the table (at Open, and after a
@@ -491,6 +659,7 @@ func (d *DB) reload(ctx context.Context) error {
 	}, func() {
 		s := d.sched
 		s.mu.Lock()
+		fresh.keepSoft(s, d.now())
 		s.items, s.sessions, s.order, s.delayed, s.leases, s.held =
 			fresh.items, fresh.sessions, fresh.order, fresh.delayed, fresh.leases, fresh.held
 		s.mu.Unlock()

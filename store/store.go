@@ -274,17 +274,24 @@ func dsn(abs string, q url.Values) string {
 // Path returns the absolute path of the database file.
 func (d *DB) Path() string { return d.path }
 
-// Close stops the background search indexer and then the writer, waiting
-// for the batch in progress to commit, and closes every connection. Calls
+// Close stops the background search indexer, writes the leases still held
+// in memory (see Claim), stops the writer, waiting for the batch in
+// progress to commit, and closes every connection. Calls
 // after the first return nil; every other method returns ErrClosed
 // afterwards.
 func (d *DB) Close() error {
 	d.stopSearchIndexer()
+	// Leases granted in memory only reach the file, so that the next handle
+	// honours them (see Claim).
+	softErr := d.writeSoftLeases(context.Background())
 	if !d.w.close() {
 		return nil
 	}
 	d.hist.close()
-	return errors.Join(d.rdb.Close(), d.cdb.Close(), d.wdb.Close())
+	if softErr != nil {
+		softErr = fmt.Errorf("store: close: write leases: %w", softErr)
+	}
+	return errors.Join(softErr, d.rdb.Close(), d.cdb.Close(), d.wdb.Close())
 }
 
 // now is the store's clock reading, truncated to the millisecond unit every

@@ -497,6 +497,11 @@ func (p *Pipeline) dispatch(ctx context.Context) {
 			leases, err := p.opt.Queue.Claim(ctx, inbound.Limits{
 				Max: room, PerGroup: p.opt.PerGroup, PerPrivate: p.opt.PerPrivate,
 				Lease: p.opt.Lease, Owner: p.owner,
+				// A direct message will call a model: its claim is stored
+				// at once. Others often end in the gates, where a held claim
+				// saves the queue a write (the turn extends a held lease
+				// before any model call).
+				HoldBelow: inbound.PriorityDirect,
 			})
 			if err != nil && ctx.Err() == nil {
 				p.log.Error("claim failed", "err", err)

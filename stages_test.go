@@ -177,44 +177,62 @@ func TestModelCallCountStoredBeforeTheOutcome(t *testing.T) {
 	require.True(t, <-countedAtOutcome, "the count was stored before the outcome was recorded")
 }
 
-// TestAttemptDurableBeforeModelCall: the store leases in memory at claim
-// (see store.DB.Claim); once the gates pass, the turn makes its attempt
-// durable before the first model call, so an attempt that kills the
-// process is counted.
+// TestAttemptDurableBeforeModelCall: when a model is first called for a
+// turn, its claim is in the row. A direct message's claim is stored when it
+// is claimed; an unprompted one's is held in memory by the store (it often
+// ends in the gates, see store.DB.Claim) and stored once the gates pass,
+// before the router's call.
 func TestAttemptDurableBeforeModelCall(t *testing.T) {
 	t.Parallel()
-	var path atomic.Pointer[string]
-	type row struct {
-		status   string
-		attempts int
-		err      error
+	for _, tc := range []struct {
+		name    string
+		purpose string
+		chat    channel.Chat
+		opts    []chantest.SayOption
+		want    outcome.Code
+	}{
+		{"direct", agent.PurposeChat, dmAlice, nil, outcome.Replied},
+		{"unprompted", agent.PurposeRouter, group1, nil, route.IgnoredChatScore},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			var path atomic.Pointer[string]
+			type row struct {
+				status   string
+				attempts int
+				err      error
+			}
+			seen := make(chan row, 1)
+			model := agenttest.New()
+			model.Otherwise(agenttest.Func(func(ctx context.Context, req agent.Request) (*agent.Response, error) {
+				if req.Purpose == tc.purpose {
+					var r row
+					raw, err := sql.Open("sqlite3", *path.Load())
+					if err == nil {
+						r.err = raw.QueryRowContext(ctx, `SELECT status, attempts FROM inbound_items`).Scan(&r.status, &r.attempts)
+						_ = raw.Close()
+					} else {
+						r.err = err
+					}
+					select {
+					case seen <- r:
+					default:
+					}
+				}
+				if req.Purpose == agent.PurposeRouter {
+					return &agent.Response{Text: routerRating("no", 0.1)}, nil
+				}
+				return &agent.Response{Text: "hi there"}, nil
+			}))
+			h := newHarness(t, model, func(o *persona.Options) { o.NoRouter = false })
+			p := h.db.Path()
+			path.Store(&p)
+			ev := h.say(tc.chat, alice, "hello", tc.opts...)
+			require.Equal(t, tc.want, h.outcome(ev).Code)
+			r := <-seen
+			require.NoError(t, r.err)
+			require.Equal(t, "leased", r.status, "the claim is in the row when the model is called")
+			require.Equal(t, 1, r.attempts)
+		})
 	}
-	seen := make(chan row, 1)
-	model := agenttest.New()
-	model.Otherwise(agenttest.Func(func(ctx context.Context, req agent.Request) (*agent.Response, error) {
-		if req.Purpose == agent.PurposeChat {
-			var r row
-			raw, err := sql.Open("sqlite3", *path.Load())
-			if err == nil {
-				r.err = raw.QueryRowContext(ctx, `SELECT status, attempts FROM inbound_items`).Scan(&r.status, &r.attempts)
-				_ = raw.Close()
-			} else {
-				r.err = err
-			}
-			select {
-			case seen <- r:
-			default:
-			}
-		}
-		return &agent.Response{Text: "hi there"}, nil
-	}))
-	h := newHarness(t, model, nil)
-	p := h.db.Path()
-	path.Store(&p)
-	ev := h.say(dmAlice, alice, "hello")
-	require.Equal(t, outcome.Replied, h.outcome(ev).Code)
-	r := <-seen
-	require.NoError(t, r.err)
-	require.Equal(t, "leased", r.status, "the claim is in the row when the model is called")
-	require.Equal(t, 1, r.attempts)
 }

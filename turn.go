@@ -172,15 +172,16 @@ func (p *Pipeline) turn(ctx context.Context, l inbound.Lease) action {
 		return complete(v.Code, reason)
 	}
 	rec := inbound.Outcome{Timings: inbound.Timings{GatesDone: p.clk.Now()}}
-	// What follows may call a model and send. A queue may hold a fresh
-	// lease in memory only (the store does, see store.DB.Claim) and write
-	// it with the lease's first operation: extend it now, so that an
-	// attempt that could crash the process is counted before it starts.
-	if err := p.opt.Queue.Extend(ctx, &l, p.opt.Lease); err != nil {
-		if errors.Is(err, inbound.ErrLeaseLost) {
-			return action{kind: actAbandon}
+	// What follows may call a model and send. A claim the queue holds in
+	// memory (inbound.Lease.Held) is stored now, so that an attempt that
+	// could crash the process is counted before it starts.
+	if l.Held {
+		if err := p.opt.Queue.Extend(ctx, &l, p.opt.Lease); err != nil {
+			if errors.Is(err, inbound.ErrLeaseLost) {
+				return action{kind: actAbandon}
+			}
+			return action{kind: actRetry, err: fmt.Errorf("extend lease: %w", err)}
 		}
-		return action{kind: actRetry, err: fmt.Errorf("extend lease: %w", err)}
 	}
 	var (
 		run        *runningTurn

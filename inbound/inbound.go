@@ -77,6 +77,13 @@ type Lease struct {
 	// have left work behind (a draft, delivered chunks). It is also the
 	// lease's fencing token.
 	Claims int
+	// Held reports a claim the queue holds in memory only (see
+	// Limits.HoldBelow): the lease's first operation (Extend, Complete,
+	// Retry, Snooze, Release) stores it. A process that dies first leaves
+	// the item as it was before the claim, claimable again with that
+	// attempt not counted, so a holder about to do something that could
+	// kill the process (call a model, send) extends the lease first.
+	Held bool
 }
 
 // Limits bound one Claim call.
@@ -91,6 +98,12 @@ type Limits struct {
 	Lease time.Duration
 	// Owner is the lease owner to record.
 	Owner string
+	// HoldBelow lets the queue hold the claims of items with a priority
+	// below it in memory until the lease's first operation (Lease.Held):
+	// a turn that ends early, in the gates, then costs one write. Claims
+	// of items at or above it are stored before Claim returns. 0 stores
+	// every claim; a queue that always stores claims ignores it.
+	HoldBelow int
 }
 
 // Defaults of the queue stage.

@@ -56,16 +56,18 @@
 // heaps for delayed items and lease expiries), rebuilt from inbound_items
 // at Open and kept in step by the DB's own writes, each applied by its
 // write's post-commit hook in commit order. Claim picks there, so its cost
-// does not depend on the backlog, and writes nothing: a fresh lease is
-// soft, held by the index (Lookup and Records show it), and reaches the
-// row with the lease's first operation, which writes the claim (attempts,
-// claims, owner, first claim time) and its own change in one statement
-// guarded by the row's claims count. A turn that the gates end thus costs
-// one queue write, its completion. ReleaseExpired writes back expired soft
-// leases and Close the ones still held; a process that dies holding a soft
-// lease leaves the row as it was before the claim, so the item is
+// does not depend on the backlog. It stores the claims of items with a
+// priority of at least Limits.HoldBelow in one write; the others are held
+// by the index only (inbound.Lease.Held; Lookup and Records show them) and
+// reach the row with the lease's first operation, which writes the claim
+// (attempts, claims, owner, first claim time) and its own change in one
+// statement guarded by the row's claims count. A turn that the gates end
+// thus costs one queue write, its completion. ReleaseExpired writes back
+// expired held leases and Close the ones still held; a process that dies
+// holding one leaves the row as it was before the claim, so the item is
 // claimable again at once and that attempt is not counted (the pipeline
-// extends a lease, making it durable, before a turn's first model call).
+// holds only claims below the direct-trigger priority and extends a held
+// lease, storing it, before a turn's first model call).
 // A lease operation pins its item in the index until its write lands, so
 // no claim takes an item whose lease is being written. The table stays the
 // truth for everything else: a row that a write finds changed is re-read,

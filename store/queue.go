@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -271,17 +273,19 @@ func (d *DB) Record(ctx context.Context, it inbound.Item, o inbound.Outcome) (bo
 // it costs the same whatever the backlog, and concurrent claims never pick
 // the same item.
 //
-// A claim writes nothing: its leases are soft, held by the index and
-// shown by Lookup and Records, and reach the row with the lease's first
-// operation (Extend, Complete, Retry, Snooze, Release), which writes the
-// claim and the operation in one statement; ReleaseExpired writes back
-// expired soft leases, and Close the ones still held. A turn ended by the
-// gates therefore costs one queue write (its completion) instead of two. A
-// process that dies holding a soft lease leaves the row as it was before
-// the claim: the item is claimable again at once and that attempt is not
-// counted. A caller that is about to do something that could kill the
-// process (call a model, send) makes the attempt durable first by
-// extending the lease, as the pipeline does once the gates have passed.
+// The claims of items with a priority of at least limits.HoldBelow are
+// stored, all in one write, before Claim returns. The others are held in
+// memory (inbound.Lease.Held): the index has them and Lookup and Records
+// show them, and the row gets the claim with the lease's first operation
+// (Extend, Complete, Retry, Snooze, Release), which writes the claim and
+// its own change in one statement; ReleaseExpired writes back expired
+// held leases, and Close the ones still held. A turn ended by the gates
+// then costs one queue write (its completion) instead of two. A process
+// that dies holding such a lease leaves the row as it was before the
+// claim: the item is claimable again at once and that attempt is not
+// counted. A holder about to do something that could kill the process
+// (call a model, send) makes the attempt durable first by extending the
+// lease, as the pipeline does once the gates have passed.
 //
 // Lease operations (Extend, Complete, Retry, Snooze, Release) succeed only
 // while the item is leased to l.Owner with l.Claims claims; every claim
@@ -313,6 +317,22 @@ func (d *DB) Claim(ctx context.Context, limits inbound.Limits) ([]inbound.Lease,
 	if len(got) == 0 {
 		return nil, nil
 	}
+	var store []claimedItem
+	for _, c := range got {
+		if c.priority >= limits.HoldBelow {
+			store = append(store, c)
+		}
+	}
+	if len(store) > 0 {
+		lost, err := d.storeClaims(ctx, store, limits.Owner, until, now)
+		if err != nil {
+			d.sched.unclaim(got, now)
+			return nil, fmt.Errorf("store: claim: %w", err)
+		}
+		if len(lost) > 0 {
+			got = slices.DeleteFunc(got, func(c claimedItem) bool { return lost[c.id] })
+		}
+	}
 	var payloads map[int64][]byte
 	for _, c := range got {
 		if c.ev == nil {
@@ -330,6 +350,7 @@ func (d *DB) Claim(ctx context.Context, limits inbound.Limits) ([]inbound.Lease,
 			Item: inbound.Item{ID: c.id, SessionKey: c.session, Priority: c.priority, HistoryOnly: c.history,
 				AvailableAt: fromMs(c.availableAt)},
 			Owner: limits.Owner, Until: fromMs(until), Attempts: c.attempts, Claims: c.claims,
+			Held: c.priority < limits.HoldBelow,
 		}
 		if c.ev != nil {
 			l.Event = *c.ev
@@ -346,6 +367,60 @@ func (d *DB) Claim(ctx context.Context, limits inbound.Limits) ([]inbound.Lease,
 		leases = append(leases, l)
 	}
 	return leases, nil
+}
+
+// storeClaims writes the claims of items just leased by sched.claim (soft
+// leases of owner until until) in one write, making them ordinary leases.
+// It returns the items another handle changed behind the index (their
+// rows' claims moved on): those are not leased, and the index re-reads
+// them. On error nothing was written and the items are still soft leases.
+func (d *DB) storeClaims(ctx context.Context, items []claimedItem, owner string, until, now int64) (map[string]bool, error) {
+	ids := make([]string, 0, len(items))
+	soft := make([]softLease, 0, len(items))
+	for _, c := range items {
+		sl, isSoft, pinned, ok, _ := d.sched.pinLease(c.id, owner, c.claims)
+		if !isSoft || !pinned || !ok {
+			continue // cannot happen: nothing else knows the lease yet
+		}
+		ids, soft = append(ids, c.id), append(soft, sl)
+	}
+	done := make([]bool, len(ids))
+	err := d.writeThen(ctx, func(tx wtx) error {
+		for i, sl := range soft {
+			res, err := tx.exec(sqlWriteSoft, "leased", owner, sl.claims, until, now, sl.attempts,
+				nullMs0(sl.firstClaim), sl.rid, sl.dbClaims)
+			if err != nil {
+				return err
+			}
+			done[i] = affected(res) == 1
+		}
+		return nil
+	}, func() {
+		for i, id := range ids {
+			if done[i] {
+				d.sched.leaseChanged(id, soft[i].claims, false, true, 0, until, 0, now)
+			}
+		}
+	})
+	var lost map[string]bool
+	for i, id := range ids {
+		if err != nil || !done[i] {
+			d.sched.unpin(id, soft[i].claims, now)
+		}
+		if err == nil && !done[i] {
+			if lost == nil {
+				lost = map[string]bool{}
+			}
+			lost[id] = true
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	if len(lost) > 0 {
+		d.refresh(ctx, slices.Collect(maps.Keys(lost)))
+	}
+	return lost, nil
 }
 
 // readPayloads reads the stored events of the claimed items the index does

@@ -20,9 +20,9 @@ import (
 // sessions by their best item; and two time heaps, one of the pending items
 // that are not available yet and one of the leases by expiry. Claim decides
 // in memory which items to take (so its cost does not depend on the
-// backlog or on what SQL can express cheaply) and leases them there: a
-// soft lease, which the row gets with the lease's first operation (see
-// DB.Claim). inbound_items stays the truth for everything else; the index
+// backlog or on what SQL can express cheaply) and leases them there; a
+// lease the claim does not store at once is soft (held in memory, see
+// DB.Claim) until its first operation writes it. inbound_items stays the truth for everything else; the index
 // is rebuilt from it at Open (and by ReleaseExpired, keeping the soft
 // leases) and kept in step by this DB's own writes: every change is applied
 // by the write's post-commit hook, on the writer goroutine, so the index

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"database/sql"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"path/filepath"
 	"slices"
@@ -119,7 +120,8 @@ func TestClaimIndexMatchesTable(t *testing.T) {
 					}
 				case op < 6: // claim
 					limits := inbound.Limits{Max: 1 + rng.IntN(6), PerGroup: 1 + rng.IntN(3), PerPrivate: 1 + rng.IntN(2),
-						Lease: time.Duration(5+rng.IntN(30)) * time.Second, Owner: "w"}
+						Lease: time.Duration(5+rng.IntN(30)) * time.Second, Owner: "w",
+						HoldBelow: []int{0, 70, 101}[rng.IntN(3)]}
 					want := idealClaim(t, d, ms(clk.Now()), limits.Max, limits.PerPrivate, limits.PerGroup)
 					ls, err := d.Claim(ctx, limits)
 					require.NoError(t, err)
@@ -201,6 +203,45 @@ func TestClaimIndexSurvivesRestart(t *testing.T) {
 	require.Equal(t, t0, at.UTC(), "keys[2] has been available since it was enqueued")
 }
 
+// TestClaimGuardAgainstSecondHandle: a second handle on the same file
+// claims an item behind the first handle's back; the first handle's stored
+// claim does not lease it again, learns its state, and takes the next
+// item.
+func TestClaimGuardAgainstSecondHandle(t *testing.T) {
+	t.Parallel()
+	clk := clock.NewFake(t0)
+	path := filepath.Join(t.TempDir(), "q.db")
+	a, err := Open(path, Options{Clock: clk})
+	require.NoError(t, err)
+	defer func() { require.NoError(t, a.Close()) }()
+	ctx := t.Context()
+	var keys []string
+	for i := range 2 {
+		ev := testEvent(channel.Group, fmt.Sprint("g", i), "m", t0.Add(time.Duration(i)*time.Second), "x")
+		_, err := a.Enqueue(ctx, inbound.Item{Event: ev})
+		require.NoError(t, err)
+		keys = append(keys, ev.Key())
+	}
+	b, err := Open(path, Options{Clock: clk})
+	require.NoError(t, err)
+	defer func() { require.NoError(t, b.Close()) }()
+	lb, err := b.Claim(ctx, inbound.Limits{Max: 1, Owner: "b"})
+	require.NoError(t, err)
+	require.Equal(t, keys[:1], ids(lb))
+	require.False(t, lb[0].Held)
+
+	la, err := a.Claim(ctx, inbound.Limits{Max: 1, Owner: "a"})
+	require.NoError(t, err)
+	require.Empty(t, la, "the item b holds is not leased twice")
+	la, err = a.Claim(ctx, inbound.Limits{Max: 1, Owner: "a"})
+	require.NoError(t, err)
+	require.Equal(t, keys[1:], ids(la))
+	rec, err := a.Lookup(ctx, keys[0])
+	require.NoError(t, err)
+	require.Equal(t, inbound.StatusLeased, rec.Status)
+	require.NoError(t, b.Complete(ctx, lb[0], inbound.Outcome{Code: outcome.Replied}))
+}
+
 // TestSecondHandleLosesAtFirstWrite: a second handle on the same file
 // does not see the first handle's soft leases, so both may lease an item;
 // the row's claims count lets only the first lease operation to reach the
@@ -223,10 +264,13 @@ func TestSecondHandleLosesAtFirstWrite(t *testing.T) {
 	b, err := Open(path, Options{Clock: clk})
 	require.NoError(t, err)
 	defer func() { require.NoError(t, b.Close()) }()
-	lb, err := b.Claim(ctx, inbound.Limits{Max: 1, Owner: "b"})
+	held := inbound.Limits{Max: 1, Owner: "b", HoldBelow: math.MaxInt}
+	lb, err := b.Claim(ctx, held)
 	require.NoError(t, err)
 	require.Equal(t, keys[:1], ids(lb))
-	la, err := a.Claim(ctx, inbound.Limits{Max: 1, Owner: "a"})
+	require.True(t, lb[0].Held)
+	held.Owner = "a"
+	la, err := a.Claim(ctx, held)
 	require.NoError(t, err)
 	require.Equal(t, keys[:1], ids(la), "b's lease is in b's memory only")
 
@@ -236,7 +280,7 @@ func TestSecondHandleLosesAtFirstWrite(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, inbound.StatusLeased, rec.Status, "a learnt b's lease from the row")
 	require.Equal(t, 1, rec.Attempts)
-	la, err = a.Claim(ctx, inbound.Limits{Max: 1, Owner: "a"})
+	la, err = a.Claim(ctx, held)
 	require.NoError(t, err)
 	require.Equal(t, keys[1:], ids(la), "a leases the other item, not b's again")
 	require.NoError(t, b.Complete(ctx, lb[0], inbound.Outcome{Code: outcome.Replied}))
@@ -260,7 +304,7 @@ func TestClaimWritesNothing(t *testing.T) {
 	}
 	w0 := d.WriterStats()
 	clk.Advance(time.Second)
-	ls, err := d.Claim(ctx, inbound.Limits{Max: 1, Owner: "w"})
+	ls, err := d.Claim(ctx, inbound.Limits{Max: 1, Owner: "w", HoldBelow: 1})
 	require.NoError(t, err)
 	require.Len(t, ls, 1)
 	require.Equal(t, 1, ls[0].Attempts)
@@ -328,7 +372,7 @@ func TestSoftLeaseSurvivesReload(t *testing.T) {
 	x := testEvent(channel.Private, "p1", "x", t0.Add(-2*time.Second), "x")
 	_, err := d.Enqueue(ctx, inbound.Item{Event: x})
 	require.NoError(t, err)
-	ls, err := d.Claim(ctx, inbound.Limits{Max: 1, PerPrivate: 1, Owner: "w1", Lease: time.Minute})
+	ls, err := d.Claim(ctx, inbound.Limits{Max: 1, PerPrivate: 1, Owner: "w1", Lease: time.Minute, HoldBelow: 1})
 	require.NoError(t, err)
 	require.Equal(t, []string{x.Key()}, ids(ls))
 	require.NoError(t, d.reload(ctx))
@@ -356,11 +400,11 @@ func TestStaleSoftHolderLoses(t *testing.T) {
 	x := testEvent(channel.Private, "p1", "x", t0.Add(-2*time.Second), "x")
 	_, err := d.Enqueue(ctx, inbound.Item{Event: x})
 	require.NoError(t, err)
-	old, err := d.Claim(ctx, inbound.Limits{Max: 1, Owner: "w1", Lease: time.Second})
+	old, err := d.Claim(ctx, inbound.Limits{Max: 1, Owner: "w1", Lease: time.Second, HoldBelow: 1})
 	require.NoError(t, err)
 	require.Len(t, old, 1)
 	clk.Advance(2 * time.Second) // the lease expired
-	ls, err := d.Claim(ctx, inbound.Limits{Max: 1, Owner: "w1", Lease: time.Hour})
+	ls, err := d.Claim(ctx, inbound.Limits{Max: 1, Owner: "w1", Lease: time.Hour, HoldBelow: 1})
 	require.NoError(t, err)
 	require.Equal(t, []string{x.Key()}, ids(ls))
 	require.Equal(t, 2, ls[0].Claims)

@@ -154,6 +154,7 @@ func TestModelCallCountStoredBeforeTheOutcome(t *testing.T) {
 	h := newHarness(t, agenttest.New(agenttest.Reply("hello Alice")), func(o *persona.Options) {
 		flags = &heldQuotaFlags{DB: o.DB, entered: make(chan struct{}), release: make(chan struct{})}
 		o.Flags = flags
+		o.Policy.Quota = gate.Quotas{User: 1000} // model calls are counted only under a quota
 		record := o.OnOutcome
 		o.OnOutcome = func(id string, out inbound.Outcome) {
 			select {

@@ -27,6 +27,7 @@ type Rules struct {
 	allowlist     set
 	flags         Flags
 	quota         Quota
+	counting      bool // some policy sets a quota: model calls are counted
 	members       *memberCache
 	log           *slog.Logger
 	botZone       *time.Location
@@ -57,6 +58,7 @@ func Compile(cfg Config) (*Rules, error) {
 		allowlist:     makeSet(p.GroupAllowlist),
 		flags:         cfg.Flags,
 		quota:         cfg.Quota,
+		counting:      cfg.Quota != nil && ps.anyQuota(),
 		members:       newMemberCache(clock.OrReal(cfg.Clock), p.MemberCacheTTL),
 		log:           cfg.Logger,
 		botZone:       ps.bot.zone,
@@ -128,10 +130,13 @@ func (r *Rules) Proactive(ev *channel.Event) Proactive {
 
 // RecordModelCall counts one model call made for ev at now against the
 // bot's, the group's and the sender's daily counters. It does nothing
-// without a Quota. The pipeline calls it for each model call it makes for
-// a message (router, generation, …).
+// without a Quota, or when no policy sets a quota: only the model-quota
+// gate reads the counters, and the policies do not change after Compile,
+// so counting would cost a write per model call for nothing. The pipeline
+// calls it for each model call it makes for a message (router,
+// generation, …).
 func (r *Rules) RecordModelCall(ctx context.Context, ev *channel.Event, now time.Time) error {
-	if r.quota == nil {
+	if !r.counting {
 		return nil
 	}
 	bot, group, inGroup, user := QuotaKeys(ev, QuotaDay(now, r.botZone))

@@ -370,10 +370,17 @@ func TestRecordModelCallWithoutQuota(t *testing.T) {
 	r, err := gate.Compile(gate.Config{Flags: gatetest.NewFlags()})
 	require.NoError(t, err)
 	require.NoError(t, r.RecordModelCall(t.Context(), &groupTurn().Event, t0))
+	// A Quota but no policy that sets a quota: nothing would read the
+	// counters, so nothing is written.
 	f := gatetest.NewFlags()
 	r, err = gate.Compile(gate.Config{Flags: f, Quota: gate.NewFlagQuota(f)})
 	require.NoError(t, err)
 	f.FailWith(errBroken)
+	require.NoError(t, r.RecordModelCall(t.Context(), &groupTurn().Event, t0))
+	// A quota in force: the counters are written (here, they fail to be).
+	r, err = gate.Compile(gate.Config{Flags: f, Quota: gate.NewFlagQuota(f),
+		Policy: gate.Policy{Quota: gate.Quotas{User: 10}}})
+	require.NoError(t, err)
 	require.ErrorIs(t, r.RecordModelCall(t.Context(), &groupTurn().Event, t0), errBroken)
 }
 

@@ -57,13 +57,17 @@ func newEventRow(id, session string, ev *channel.Event, dir memory.Direction, re
 // RETURNING clause makes SQLite collect the returned row in an ephemeral
 // table; for this one-row insert that cost about as much as the insert
 // itself (≈ 20 µs of the single writer per message), so a new row's rowid
-// comes from last_insert_rowid instead.
+// comes from last_insert_rowid instead. OR IGNORE rather than ON CONFLICT
+// DO NOTHING: a statement that fires a trigger (the search queue's) and
+// may abort on a constraint makes SQLite copy every page it changes into a
+// statement journal first, so that it can undo the statement alone; with
+// IGNORE it cannot abort. The row is built here, so NOT NULL cannot fail,
+// and a direction the CHECK refuses still fails, on the update path.
 const sqlInsertEvent = `
-INSERT INTO message_events (id, session_key, platform, bot_id, chat_kind, chat_id, message_id, seq,
+INSERT OR IGNORE INTO message_events (id, session_key, platform, bot_id, chat_kind, chat_id, message_id, seq,
     sender_id, sender_name, event_time, text, payload, direction, recalled_at, created_at,
     search_tokens, search_sid)
-VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)
-ON CONFLICT (id) DO NOTHING`
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)`
 
 // sqlUpdateEvent is upsertEvent's path for an existing row.
 const sqlUpdateEvent = `

@@ -45,9 +45,9 @@ func benchPipelineAt(b *testing.B, rate, feeders int, mk func(i int) (channel.Ch
 	lat := make([]time.Duration, 0, b.N)
 	all := make(chan struct{})
 	dir := b.TempDir()
-	// The store as the pipeline would open it (no memory: no background
-	// search indexer), opened here so that its writer can be observed.
-	db, err := store.Open(filepath.Join(dir, "persona.db"), store.Options{NoSearchIndexer: true})
+	// The store as the pipeline would open it (no memory: history search
+	// deferred), opened here so that its writer can be observed.
+	db, err := store.Open(filepath.Join(dir, "persona.db"), store.Options{DeferSearch: true})
 	if err != nil {
 		b.Fatal(err)
 	}

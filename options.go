@@ -239,9 +239,9 @@ func (o *Options) openStorage() (owned *store.DB, err error) {
 			return nil, fmt.Errorf("persona: create data dir: %w", err)
 		}
 		db, err = store.Open(filepath.Join(o.DataDir, "persona.db"), store.Options{Clock: o.Clock, Logger: o.Logger,
-			// Only memory searches history; without it the rows are indexed
-			// by the first search, if one ever comes.
-			NoSearchIndexer: !o.Memory})
+			// Only memory searches history; without it the rows are
+			// tokenized and indexed by the first search, if one ever comes.
+			DeferSearch: !o.Memory})
 		if err != nil {
 			return nil, err
 		}

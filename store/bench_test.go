@@ -51,8 +51,8 @@ func benchItems(n, sessions int) []inbound.Item {
 // the transcript rows (done in the background; what is still queued when
 // the last item completes is indexed before the clock stops);
 // group-commit-no-search-index is the store as a pipeline without memory
-// opens it (rows stay queued for a first search); direct runs every
-// operation in its own transaction, for comparison.
+// opens it (DeferSearch: rows are stored untokenized until a first search);
+// direct runs every operation in its own transaction, for comparison.
 //
 //	go test ./store -run xxx -bench Queue -benchmem
 func BenchmarkQueueThroughput(b *testing.B) {
@@ -61,7 +61,7 @@ func BenchmarkQueueThroughput(b *testing.B) {
 		opts Options
 	}{
 		{"group-commit", Options{}},
-		{"group-commit-no-search-index", Options{NoSearchIndexer: true}},
+		{"group-commit-no-search-index", Options{DeferSearch: true}},
 		{"direct", Options{directWrites: true}},
 	}
 	for _, m := range modes {
@@ -142,10 +142,10 @@ func runThroughput(b *testing.B, opts Options, producers, consumers int) {
 	}
 	require.NoError(b, g.Wait())
 	// The transcript rows are indexed for search in the background; finish
-	// that work inside the measurement. Without the background indexer they
-	// stay queued for the first search (what a pipeline without memory
-	// does), so there is nothing to finish.
-	if !opts.NoSearchIndexer {
+	// that work inside the measurement. With DeferSearch they wait for the
+	// first search (what a pipeline without memory does), so there is
+	// nothing to finish.
+	if !opts.DeferSearch {
 		drainSearchIndex(b, d)
 	}
 	elapsed := time.Since(start)

@@ -94,9 +94,12 @@
 // partly to it).
 // Close stops the indexer first; rows still queued are indexed after the
 // next Open. With Options.NoSearchIndexer there is no background indexer
-// and a search indexes all its sessions' queued rows itself (the pipeline
-// opens its store that way unless memory is on, since nothing else
-// searches).
+// and a search indexes all its sessions' queued rows itself. With
+// Options.DeferSearch (how the pipeline opens its store unless memory is
+// on, since nothing else searches) new rows are not even tokenized or
+// queued: their rowid range is recorded, a search tokenizes its sessions'
+// rows in it first, and a DB opened later with the indexer tokenizes the
+// whole range in the background.
 //
 // # Concurrency
 //

@@ -26,6 +26,10 @@ type eventRow struct {
 	// when it is not empty. searchSID is its index partition.
 	searchTokens string
 	searchSID    int64
+	// deferTokens: a new row is stored untokenized (a store without
+	// search, see search_deferred.go); searchTokens is computed only if the
+	// row turns out to exist already.
+	deferTokens bool
 
 	// rowid and recalled are the row's rowid and recall time after the
 	// upsert (outputs of upsertEvent, for the history cache).
@@ -33,9 +37,29 @@ type eventRow struct {
 	recalled sql.NullInt64
 }
 
+// eventRow is newEventRow for this DB: a store that defers tokenizing
+// (see search_deferred.go) leaves the search tokens of a new row empty.
+func (d *DB) eventRow(id, session string, ev *channel.Event, dir memory.Direction, recalled time.Time, now int64) (eventRow, error) {
+	if !d.deferTokens {
+		return newEventRow(id, session, ev, dir, recalled, now)
+	}
+	r, err := encodeEventRow(id, session, ev, dir, recalled, now)
+	r.deferTokens = true
+	return r, err
+}
+
 // newEventRow encodes ev for the message_events row with the given key.
 // A zero event time is replaced by now.
 func newEventRow(id, session string, ev *channel.Event, dir memory.Direction, recalled time.Time, now int64) (eventRow, error) {
+	r, err := encodeEventRow(id, session, ev, dir, recalled, now)
+	if err == nil {
+		r.searchTokens = searchTokens(ev, dir)
+	}
+	return r, err
+}
+
+// encodeEventRow is newEventRow without the search tokens.
+func encodeEventRow(id, session string, ev *channel.Event, dir memory.Direction, recalled time.Time, now int64) (eventRow, error) {
 	payload, err := json.Marshal(ev)
 	if err != nil {
 		return eventRow{}, fmt.Errorf("%w: encode event %s: %w", ErrInvalid, id, err)
@@ -48,8 +72,7 @@ func newEventRow(id, session string, ev *channel.Event, dir memory.Direction, re
 		id: id, session: session, platform: ev.Platform, botID: ev.BotID,
 		chatKind: string(ev.Chat.Kind), chatID: ev.Chat.ID, messageID: ev.MessageID, seq: ev.Seq,
 		senderID: ev.Sender.ID, senderName: ev.Sender.Name, eventTime: et, text: ev.Text(),
-		payload: payload, direction: dir, recalledAt: nullMs(recalled),
-		searchTokens: searchTokens(ev, dir), searchSID: searchSID(session),
+		payload: payload, direction: dir, recalledAt: nullMs(recalled), searchSID: searchSID(session),
 	}, nil
 }
 
@@ -86,6 +109,9 @@ RETURNING rowid, recalled_at`
 // r.recalled to the row's rowid and resulting recall time.
 func upsertEvent(tx wtx, r *eventRow, now int64) error {
 	r.rowid, r.recalled = 0, sql.NullInt64{}
+	if r.deferTokens {
+		r.searchTokens = ""
+	}
 	res, err := tx.exec(sqlInsertEvent, r.id, r.session, r.platform, r.botID, r.chatKind, r.chatID, r.messageID,
 		r.seq, r.senderID, r.senderName, r.eventTime, r.text, r.payload, string(r.direction), r.recalledAt, now,
 		r.searchTokens, r.searchSID)
@@ -100,6 +126,11 @@ func upsertEvent(tx wtx, r *eventRow, now int64) error {
 			r.recalled = sql.NullInt64{Int64: at, Valid: true}
 		}
 		return nil
+	}
+	if r.deferTokens {
+		// An existing row may be in the index: keep it there, with the new
+		// text (see search_deferred.go).
+		r.searchTokens = rowTokens(r.text, r.senderName, string(r.direction))
 	}
 	return tx.queryRow(sqlUpdateEvent, r.id, r.session, r.platform, r.botID, r.chatKind, r.chatID, r.messageID,
 		r.seq, r.senderID, r.senderName, r.eventTime, r.text, r.payload, string(r.direction), r.recalledAt,

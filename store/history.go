@@ -44,7 +44,7 @@ func (d *DB) Append(ctx context.Context, e memory.Entry) error {
 		return fmt.Errorf("%w: history entry %s: direction %q", ErrInvalid, e.Key, e.Direction)
 	}
 	now := d.now()
-	r, err := newEventRow(e.Key, e.SessionKey, &e.Event, e.Direction, e.RecalledAt, now)
+	r, err := d.eventRow(e.Key, e.SessionKey, &e.Event, e.Direction, e.RecalledAt, now)
 	if err != nil {
 		return err
 	}

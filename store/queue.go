@@ -41,7 +41,7 @@ func (d *DB) prepareItem(it *inbound.Item, dir memory.Direction, now int64) (ite
 	case it.SessionKey == "":
 		return itemRow{}, fmt.Errorf("%w: item %s without a session key (set Item.SessionKey or Event.SessionKey)", ErrInvalid, it.ID)
 	}
-	ev, err := newEventRow(it.ID, it.SessionKey, &it.Event, dir, time.Time{}, now)
+	ev, err := d.eventRow(it.ID, it.SessionKey, &it.Event, dir, time.Time{}, now)
 	if err != nil {
 		return itemRow{}, err
 	}

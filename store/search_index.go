@@ -113,6 +113,11 @@ func (d *DB) searchIndexLoop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		}
+		// Rows a DB without search left untokenized (search_deferred.go)
+		// are tokenized, which queues them, before they are indexed.
+		if err := d.tokenizeBacklog(ctx); err != nil && ctx.Err() == nil {
+			d.log.Warn("store: tokenizing untokenized history failed", "err", err)
+		}
 		for {
 			n, err := d.indexPending(ctx, nil, searchIndexBatch)
 			if err != nil {
@@ -199,6 +204,12 @@ func (d *DB) indexPending(ctx context.Context, sids []int64, limit int) (int, er
 // search sees what is indexed), completely when it is off. When nothing is queued for them it only reads. Only the
 // end of ctx is an error: a search still runs when indexing failed.
 func (d *DB) catchUpSearchIndex(ctx context.Context, sessions []string) error {
+	if err := d.tokenizeSessions(ctx, sessions); err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		d.log.Warn("store: tokenizing untokenized history failed; searching what is indexed", "err", err)
+	}
 	sids := make([]int64, 0, len(sessions))
 	for _, s := range sessions {
 		sids = append(sids, searchSID(s))

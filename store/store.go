@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	_ "github.com/mattn/go-sqlite3" // registers the "sqlite3" driver
@@ -107,10 +108,18 @@ type Options struct {
 	// rows are still queued for search, and a history search first indexes
 	// every queued row of the sessions it searches, so results stay
 	// complete; the indexing work just moves from idle time to the first
-	// search of a session. Set it when nothing searches history (the
-	// pipeline does without Options.Memory): a message then costs ≈ 20 µs
-	// less writer time.
+	// search of a session.
 	NoSearchIndexer bool
+	// DeferSearch is for a DB whose history nothing (or hardly anything)
+	// searches, such as the pipeline's without Options.Memory. It implies
+	// NoSearchIndexer, and new history rows are stored without search
+	// tokens (see search_deferred.go): a history search first tokenizes
+	// and indexes every such row of the sessions it searches, so results
+	// stay complete, and a DB opened later on the same file without
+	// DeferSearch does it for all of them in the background. A message
+	// then costs a tokenization and a search-queue row (a page of its own)
+	// less.
+	DeferSearch bool
 
 	// directWrites disables group commit: every write runs in its own
 	// transaction on the caller's goroutine. Only the benchmarks set it, to
@@ -139,6 +148,10 @@ type DB struct {
 	sched *sched
 	// ix indexes history rows for search in the background.
 	ix searchIndexer
+	// deferTokens: new history rows are stored untokenized (no search
+	// indexer, see search_deferred.go); untokenized: some rows may be.
+	deferTokens bool
+	untokenized atomic.Bool
 }
 
 // Open opens (creating if needed) the SQLite database file at path, applies
@@ -256,6 +269,14 @@ PRAGMA automatic_index = OFF`); err != nil {
 	opts.CommitDelay = min(opts.CommitDelay, MaxCommitDelay)
 	d.w = newWriter(conn, log, opts.directWrites, opts.CommitDelay, newCheckpointer(d.cdb, log, pageSize),
 		d.hist)
+	d.deferTokens = opts.DeferSearch
+	if opts.DeferSearch {
+		opts.NoSearchIndexer = true
+	}
+	if err := d.openUntokenized(ctx); err != nil {
+		_ = d.Close()
+		return nil, fmt.Errorf("store: open %s: %w", path, err)
+	}
 	d.startSearchIndexer(opts.NoSearchIndexer)
 	if err := d.reload(ctx); err != nil {
 		_ = d.Close()

@@ -105,7 +105,14 @@ type Channel struct {
 	recalls  []Recall
 	chats    []channel.Chat             // in first-seen order
 	history  map[channel.Chat][]histMsg // per chat, in arrival order
+	known    map[histKey]struct{}       // the messages in history
 	members  map[memberKey]channel.Member
+}
+
+// histKey names a message in the history.
+type histKey struct {
+	chat channel.Chat
+	id   string
 }
 
 type histMsg struct {
@@ -139,6 +146,7 @@ func New(cfg Config) *Channel {
 		changed:  make(chan struct{}),
 		online:   true,
 		history:  make(map[channel.Chat][]histMsg),
+		known:    make(map[histKey]struct{}),
 		members:  make(map[memberKey]channel.Member),
 	}
 }
@@ -320,11 +328,11 @@ func (c *Channel) rememberLocked(ev channel.Event) {
 	if !seen {
 		c.chats = append(c.chats, ev.Chat)
 	}
-	for _, m := range msgs {
-		if m.ev.MessageID == ev.MessageID {
-			return
-		}
+	k := histKey{ev.Chat, ev.MessageID}
+	if _, ok := c.known[k]; ok {
+		return
 	}
+	c.known[k] = struct{}{}
 	c.nextHist++
 	ev.Segments = slices.Clone(ev.Segments)
 	c.history[ev.Chat] = append(msgs, histMsg{seq: c.nextHist, ev: ev})
@@ -570,6 +578,7 @@ func (c *Channel) Recall(ctx context.Context, chat channel.Chat, messageID strin
 		return &channel.RejectedError{Code: "not_found", Reason: fmt.Sprintf("no message %q in %s", messageID, chat)}
 	}
 	c.history[chat] = slices.Delete(msgs, i, i+1)
+	delete(c.known, histKey{chat, messageID})
 	c.recalls = append(c.recalls, Recall{Chat: chat, MessageID: messageID, At: c.clk.Now()})
 	c.notifyLocked()
 	return nil

@@ -13,8 +13,8 @@
 //     the same transaction, and found by item id through the transcript's
 //     id index) and the per-bot online checkpoints (checkpoints);
 //   - memory.History: the permanent transcript (message_events);
-//   - outbound.Ledger: turn drafts and the delivery ledger (turn_drafts,
-//     delivery_ledger);
+//   - outbound.Ledger: turn drafts and the delivery ledger (delivery_ledger:
+//     a turn's chunk slots, and its draft as slot -1);
 //   - gate.Flags: session flags with deadlines (session_flags).
 //
 // Besides the ports, [DB.Records], [DB.NewestEventTime] and

@@ -92,12 +92,16 @@ func (d *DB) SaveDraftIntent(ctx context.Context, dr outbound.Draft, fp string) 
 	return out, false, nil
 }
 
+// draftSlot is the ledger slot that holds a turn's draft (migration 0007):
+// the draft sits in the same B-tree leaf as the turn's chunk slots.
+const draftSlot = -1
+
 // insertDraft stores body as the turn's draft unless the turn has one, and
 // returns the stored draft: body itself when the row is new (no read-back),
 // else the earlier draft.
 func insertDraft(tx wtx, turnID string, body []byte, now int64) ([]byte, error) {
-	res, err := tx.exec(`INSERT INTO turn_drafts (turn_id, draft, created_at) VALUES (?1, ?2, ?3)
-ON CONFLICT (turn_id) DO NOTHING`, turnID, string(body), now)
+	res, err := tx.exec(`INSERT INTO delivery_ledger (turn_id, slot, fingerprint, state, draft, created_at, updated_at)
+VALUES (?1, ?2, '', 'draft', ?3, ?4, ?4) ON CONFLICT (turn_id, slot) DO NOTHING`, turnID, draftSlot, string(body), now)
 	if err != nil {
 		return nil, err
 	}
@@ -105,14 +109,15 @@ ON CONFLICT (turn_id) DO NOTHING`, turnID, string(body), now)
 		return body, nil
 	}
 	var stored []byte
-	err = tx.queryRow(`SELECT draft FROM turn_drafts WHERE turn_id = ?`, turnID).Scan(&stored)
+	err = tx.queryRow(`SELECT draft FROM delivery_ledger WHERE turn_id = ?1 AND slot = ?2`, turnID, draftSlot).Scan(&stored)
 	return stored, err
 }
 
 // LoadDraft implements outbound.Ledger.
 func (d *DB) LoadDraft(ctx context.Context, turnID string) (outbound.Draft, bool, error) {
 	var body []byte
-	err := d.rdb.QueryRowContext(ctx, `SELECT draft FROM turn_drafts WHERE turn_id = ?`, turnID).Scan(&body)
+	err := d.rdb.QueryRowContext(ctx, `SELECT draft FROM delivery_ledger WHERE turn_id = ?1 AND slot = ?2`,
+		turnID, draftSlot).Scan(&body)
 	if errors.Is(err, sql.ErrNoRows) {
 		return outbound.Draft{}, false, nil
 	}
@@ -129,7 +134,7 @@ func (d *DB) LoadDraft(ctx context.Context, turnID string) (outbound.Draft, bool
 // Slots implements outbound.Ledger: the turn's slots ordered by slot number.
 func (d *DB) Slots(ctx context.Context, turnID string) ([]outbound.Slot, error) {
 	rows, err := d.rdb.QueryContext(ctx, `SELECT slot, fingerprint, state, platform_message_ids, sent_at
-FROM delivery_ledger WHERE turn_id = ? ORDER BY slot`, turnID)
+FROM delivery_ledger WHERE turn_id = ?1 AND slot >= 0 ORDER BY slot`, turnID)
 	if err != nil {
 		return nil, fmt.Errorf("store: slots %s: %w", turnID, err)
 	}
@@ -160,12 +165,23 @@ FROM delivery_ledger WHERE turn_id = ? ORDER BY slot`, turnID)
 	return out, nil
 }
 
+// checkSlot validates a chunk slot: a turn id, and a slot number ≥ 0.
+func checkSlot(turnID string, n int) error {
+	switch {
+	case turnID == "":
+		return fmt.Errorf("%w: ledger slot without a turn id", ErrInvalid)
+	case n < 0:
+		return fmt.Errorf("%w: ledger slot %d of %s: slots are numbered from 0", ErrInvalid, n, turnID)
+	}
+	return nil
+}
+
 // MarkIntent implements outbound.Ledger: it records slot n in state intent.
 // An existing slot keeps its state (a sent slot is never downgraded); an
 // existing slot with a different fingerprint is ErrFingerprintMismatch.
 func (d *DB) MarkIntent(ctx context.Context, turnID string, n int, fingerprint string) error {
-	if turnID == "" {
-		return fmt.Errorf("%w: ledger slot without a turn id", ErrInvalid)
+	if err := checkSlot(turnID, n); err != nil {
+		return err
 	}
 	now := d.now()
 	err := d.write(ctx, func(tx wtx) error { return markIntent(tx, turnID, n, fingerprint, now) })
@@ -207,8 +223,8 @@ WHERE turn_id = ?1 AND slot = ?2`, turnID, n, fingerprint, now)
 // is recorded as sent with an empty fingerprint, so a delivery is never
 // forgotten.
 func (d *DB) MarkSent(ctx context.Context, turnID string, n int, messageIDs []string, at time.Time) error {
-	if turnID == "" {
-		return fmt.Errorf("%w: ledger slot without a turn id", ErrInvalid)
+	if err := checkSlot(turnID, n); err != nil {
+		return err
 	}
 	if messageIDs == nil {
 		messageIDs = []string{}
@@ -240,6 +256,9 @@ ON CONFLICT (turn_id, slot) DO UPDATE SET state = 'sent', platform_message_ids =
 // still in state intent (the send is known to have failed), so a retry
 // sends the chunk again. A sent slot, or a missing one, is left alone.
 func (d *DB) ClearIntent(ctx context.Context, turnID string, n int) error {
+	if err := checkSlot(turnID, n); err != nil {
+		return err
+	}
 	err := d.write(ctx, func(tx wtx) error {
 		_, err := tx.exec(`DELETE FROM delivery_ledger WHERE turn_id = ?1 AND slot = ?2 AND state = 'intent'`, turnID, n)
 		return err

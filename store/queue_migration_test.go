@@ -2,6 +2,7 @@ package store
 
 import (
 	"database/sql"
+	"encoding/json"
 	"path/filepath"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"github.com/personakit/persona/clock"
 	"github.com/personakit/persona/inbound"
 	"github.com/personakit/persona/memory"
+	"github.com/personakit/persona/outbound"
 	"github.com/personakit/persona/outcome"
 )
 
@@ -128,4 +130,53 @@ func TestQueueMigrationKeysRowsByTranscriptRowid(t *testing.T) {
 	require.NoError(t, d.rdb.QueryRowContext(ctx, `SELECT rid FROM inbound_items WHERE id = ?`, ev.Key()).Scan(&rid))
 	require.NoError(t, d.rdb.QueryRowContext(ctx, `SELECT rowid FROM message_events WHERE id = ?`, ev.Key()).Scan(&mrid))
 	require.Equal(t, mrid, rid)
+}
+
+// TestLedgerMigrationMovesDrafts: migration 0007 moves each turn's draft
+// into the delivery ledger as slot -1, next to its chunk slots, which stay
+// as they were.
+func TestLedgerMigrationMovesDrafts(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "v6.db")
+	migs, err := loadMigrations(migrationFS)
+	require.NoError(t, err)
+	raw, err := sql.Open("sqlite3", path)
+	require.NoError(t, err)
+	for _, m := range migs[:6] {
+		_, err := raw.Exec(m.sql)
+		require.NoError(t, err, m.name)
+	}
+	dr := outbound.Draft{TurnID: "turn-1", SessionKey: "s", Code: outcome.Replied, Reason: "why",
+		Chunks: []outbound.Chunk{{Text: "hello"}, {Text: "again"}}}
+	body, err := json.Marshal(dr)
+	require.NoError(t, err)
+	_, err = raw.Exec(`INSERT INTO turn_drafts (turn_id, draft, created_at) VALUES ('turn-1', ?, 1)`, string(body))
+	require.NoError(t, err)
+	_, err = raw.Exec(`INSERT INTO delivery_ledger (turn_id, slot, fingerprint, state, platform_message_ids, sent_at, created_at, updated_at)
+VALUES ('turn-1', 0, 'fp0', 'sent', '["m1"]', 5, 2, 5), ('turn-1', 1, 'fp1', 'intent', NULL, NULL, 3, 3)`)
+	require.NoError(t, err)
+	_, err = raw.Exec(`PRAGMA user_version = 6`)
+	require.NoError(t, err)
+	require.NoError(t, raw.Close())
+
+	d, err := Open(path, Options{Clock: clock.NewFake(t0)})
+	require.NoError(t, err)
+	defer func() { require.NoError(t, d.Close()) }()
+	ctx := t.Context()
+	got, ok, err := d.LoadDraft(ctx, "turn-1")
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, dr, got)
+	slots, err := d.Slots(ctx, "turn-1")
+	require.NoError(t, err)
+	require.Len(t, slots, 2, "the draft is not a slot")
+	require.Equal(t, outbound.SlotSent, slots[0].State)
+	require.Equal(t, []string{"m1"}, slots[0].MessageIDs)
+	require.Equal(t, "fp1", slots[1].Fingerprint)
+	require.ErrorIs(t, d.MarkIntent(ctx, "turn-1", -1, "x"), ErrInvalid, "slot -1 is the draft's")
+	require.ErrorIs(t, d.ClearIntent(ctx, "turn-1", -1), ErrInvalid)
+	// A later draft does not replace the first one.
+	again, err := d.SaveDraft(ctx, outbound.Draft{TurnID: "turn-1", Reason: "other"})
+	require.NoError(t, err)
+	require.Equal(t, dr, again)
 }

@@ -796,15 +796,32 @@ func (d *DB) writeSoftLeases(ctx context.Context) error {
 	if len(ids) == 0 {
 		return nil
 	}
-	return d.write(ctx, func(tx wtx) error {
+	done := make([]bool, len(ids))
+	err := d.writeThen(ctx, func(tx wtx) error {
 		for i, sl := range soft {
-			if _, err := tx.exec(sqlWriteSoft, "leased", owners[i], sl.claims, untils[i], now, sl.attempts,
-				nullMs0(sl.firstClaim), sl.rid, sl.dbClaims); err != nil {
+			res, err := tx.exec(sqlWriteSoft, "leased", owners[i], sl.claims, untils[i], now, sl.attempts,
+				nullMs0(sl.firstClaim), sl.rid, sl.dbClaims)
+			if err != nil {
 				return err
 			}
+			done[i] = affected(res) == 1
 		}
 		return nil
+	}, func() {
+		for i, id := range ids {
+			if done[i] {
+				d.sched.leaseChanged(id, soft[i].claims, false, true, 0, untils[i], 0, now)
+			}
+		}
 	})
+	// The leases written are ordinary ones now; the others stay as they
+	// were, so that their holders' operations do not wait on them.
+	for i, id := range ids {
+		if err != nil || !done[i] {
+			d.sched.unpin(id, soft[i].claims, now)
+		}
+	}
+	return err
 }
 
 // NextAvailable implements inbound.Queue: the earliest available_at of a

@@ -429,3 +429,33 @@ func TestStaleSoftHolderLoses(t *testing.T) {
 	d.sched.mu.Unlock()
 	require.False(t, still)
 }
+
+// TestCloseWritesHeldLeases: Close writes the leases still held in memory,
+// so the next handle honours them, and a holder's operation after Close
+// fails at once.
+func TestCloseWritesHeldLeases(t *testing.T) {
+	t.Parallel()
+	clk := clock.NewFake(t0)
+	path := filepath.Join(t.TempDir(), "q.db")
+	d, err := Open(path, Options{Clock: clk})
+	require.NoError(t, err)
+	ctx := t.Context()
+	ev := testEvent(channel.Group, "g", "m", t0, "x")
+	_, err = d.Enqueue(ctx, inbound.Item{Event: ev})
+	require.NoError(t, err)
+	ls, err := d.Claim(ctx, inbound.Limits{Max: 1, Owner: "w", HoldBelow: 1})
+	require.NoError(t, err)
+	require.Len(t, ls, 1)
+	require.True(t, ls[0].Held)
+	require.NoError(t, d.Close())
+	require.ErrorIs(t, d.Complete(ctx, ls[0], inbound.Outcome{Code: outcome.Replied}), ErrClosed)
+
+	d, err = Open(path, Options{Clock: clk})
+	require.NoError(t, err)
+	defer func() { require.NoError(t, d.Close()) }()
+	rec, err := d.Lookup(ctx, ev.Key())
+	require.NoError(t, err)
+	require.Equal(t, inbound.StatusLeased, rec.Status)
+	require.Equal(t, 1, rec.Attempts)
+	require.NoError(t, d.Complete(ctx, ls[0], inbound.Outcome{Code: outcome.Replied}), "the lease is still the holder's")
+}

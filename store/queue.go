@@ -740,11 +740,8 @@ func (d *DB) ReleaseExpired(ctx context.Context) (int, error) {
 			ids, soft = d.sched.pinExpiredSoft(now)
 			ok = make([]bool, len(ids))
 		}
-		res, err := tx.exec(sqlReleaseExpired, now)
-		if err != nil {
-			return err
-		}
-		hard = affected(res)
+		// The held leases first: a row whose expired lease was claimed again
+		// in memory is released by its held lease's write, not counted twice.
 		for i, sl := range soft {
 			res, err := tx.exec(sqlWriteSoft, "pending", nil, sl.claims, nil, now, sl.attempts, nullMs0(sl.firstClaim),
 				sl.rid, sl.dbClaims)
@@ -756,6 +753,11 @@ func (d *DB) ReleaseExpired(ctx context.Context) (int, error) {
 				n++
 			}
 		}
+		res, err := tx.exec(sqlReleaseExpired, now)
+		if err != nil {
+			return err
+		}
+		hard = affected(res)
 		n += hard
 		return nil
 	}, func() {

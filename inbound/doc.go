@@ -18,7 +18,10 @@
 // renewed by [Queue.Extend] while the turn runs; [Queue.Complete],
 // [Queue.Retry], [Queue.Snooze], [Queue.Release] and [Queue.Extend] succeed
 // only for the current lease holder and otherwise return [ErrLeaseLost]. An
-// expired lease is claimable again.
+// expired lease is claimable again. A queue may hold a claim in memory and
+// store it with the lease's first operation ([Limits.HoldBelow],
+// [Lease.Held]); the pipeline extends such a lease, storing it, before a
+// turn's first model call.
 //
 // Processing errors are retried with [RetryDelay] (5 s doubling, capped at 5
 // minutes); the fifth failed attempt completes the item as

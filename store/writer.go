@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -62,10 +63,14 @@ type writer struct {
 	ckpt   *checkpointer
 	fence  commitFence // may be nil
 
-	// stmts caches prepared statements on conn by SQL text. Only the
-	// goroutine that owns conn (the loop, or the holder of directMu in
-	// direct mode) touches it.
-	stmts map[string]*sql.Stmt
+	// dc is conn's driver connection while the writer holds it (inside
+	// conn.Raw, see wconn.go); stmts caches the statements prepared on it
+	// by SQL text. Only the goroutine that owns conn (the loop, or the
+	// holder of directMu in direct mode) touches them.
+	dc    any
+	stmts map[string]driverStmt
+	// stmtsClosed: close released the statements; direct writes fail.
+	stmtsClosed bool
 
 	// batches and batchedOps count transactions and the operations they
 	// carried (the benchmarks report the mean batch size); busy sums the
@@ -89,7 +94,7 @@ func newWriter(conn *sql.Conn, log *slog.Logger, direct bool, delay time.Duratio
 		ckpt:    ckpt,
 		log:     log,
 		direct:  direct,
-		stmts:   map[string]*sql.Stmt{},
+		stmts:   map[string]driverStmt{},
 		ops:     make(chan *writeOp),
 		quit:    make(chan struct{}),
 		stopped: make(chan struct{}),
@@ -117,10 +122,15 @@ func (w *writer) close() bool {
 	w.ckpt.stop()
 	w.directMu.Lock()
 	defer w.directMu.Unlock()
-	for _, s := range w.stmts {
-		_ = s.Close()
+	if w.direct {
+		_ = w.conn.Raw(func(dc any) error {
+			w.dc = dc
+			w.closeStmts()
+			w.dc = nil
+			return nil
+		})
 	}
-	w.stmts = nil
+	w.stmtsClosed = true
 	_ = w.conn.Close()
 	return true
 }
@@ -143,11 +153,18 @@ func (d *DB) writeThen(ctx context.Context, fn writeFunc, after func()) error {
 	if w.direct {
 		w.directMu.Lock()
 		defer w.directMu.Unlock()
-		if w.stmts == nil {
+		if w.stmtsClosed {
 			return ErrClosed
 		}
 		op := &writeOp{ctx: ctx, fn: fn, done: make(chan error, 1), after: after}
-		w.run([]*writeOp{op})
+		if err := w.conn.Raw(func(dc any) error {
+			w.dc = dc
+			defer func() { w.dc = nil }()
+			w.run([]*writeOp{op})
+			return nil
+		}); err != nil {
+			return fmt.Errorf("store: writer connection: %w", err)
+		}
 		return <-op.done
 	}
 	op := &writeOp{ctx: ctx, fn: fn, done: make(chan error, 1), after: after}
@@ -181,6 +198,32 @@ const busyGap = time.Millisecond
 // delay never adds latency at low load.
 func (w *writer) loop() {
 	defer close(w.stopped)
+	// The writer holds its connection's driver connection for as long as
+	// it runs (see wconn.go).
+	err := w.conn.Raw(func(dc any) error {
+		w.dc = dc
+		defer func() {
+			w.closeStmts()
+			w.dc = nil
+		}()
+		w.serve()
+		return nil
+	})
+	if err != nil {
+		w.log.Error("store: writer connection unusable", "err", err)
+		for {
+			select {
+			case op := <-w.ops:
+				op.done <- fmt.Errorf("store: writer connection: %w", err)
+			case <-w.quit:
+				return
+			}
+		}
+	}
+}
+
+// serve collects operations into batches and runs them until quit.
+func (w *writer) serve() {
 	batch := make([]*writeOp, 0, maxBatch)
 	linger := time.NewTimer(time.Hour)
 	linger.Stop()
@@ -449,41 +492,37 @@ func call(fn writeFunc, tx wtx) (err error) {
 // interrupted statement would roll back the whole shared transaction.
 type wtx struct{ w *writer }
 
-func (t wtx) stmt(q string) (*sql.Stmt, error) {
-	if s, ok := t.w.stmts[q]; ok {
-		return s, nil
-	}
-	s, err := t.w.conn.PrepareContext(context.Background(), q)
-	if err != nil {
-		return nil, err
-	}
-	t.w.stmts[q] = s
-	return s, nil
-}
-
 func (t wtx) exec(q string, args ...any) (sql.Result, error) {
-	s, err := t.stmt(q)
+	s, err := t.w.prepare(q)
 	if err != nil {
 		return nil, err
 	}
-	return s.ExecContext(context.Background(), args...)
-}
-
-func (t wtx) query(q string, args ...any) (*sql.Rows, error) {
-	s, err := t.stmt(q)
+	nv, err := namedArgs(args)
 	if err != nil {
 		return nil, err
 	}
-	return s.QueryContext(context.Background(), args...)
+	return s.ExecContext(context.Background(), nv)
 }
 
-func (t wtx) queryRow(q string, args ...any) *sql.Row {
-	s, err := t.stmt(q)
+func (t wtx) query(q string, args ...any) (*wrows, error) {
+	s, err := t.w.prepare(q)
 	if err != nil {
-		// Surface the prepare error through Row.Scan.
-		return t.w.conn.QueryRowContext(context.Background(), q, args...)
+		return nil, err
 	}
-	return s.QueryRowContext(context.Background(), args...)
+	nv, err := namedArgs(args)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := s.QueryContext(context.Background(), nv)
+	if err != nil {
+		return nil, err
+	}
+	return &wrows{rows: rows, vals: make([]driver.Value, len(rows.Columns()))}, nil
+}
+
+func (t wtx) queryRow(q string, args ...any) wrow {
+	rows, err := t.query(q, args...)
+	return wrow{rows: rows, err: err}
 }
 
 // affected returns the rows affected by res, treating an error as zero.

@@ -317,6 +317,19 @@ func (d *DB) Claim(ctx context.Context, limits inbound.Limits) ([]inbound.Lease,
 	if len(got) == 0 {
 		return nil, nil
 	}
+	// Events first: while every lease is still held in memory, a failure
+	// takes them all back.
+	var payloads map[int64][]byte
+	for _, c := range got {
+		if c.ev == nil {
+			var err error
+			if payloads, err = d.readPayloads(ctx, got); err != nil {
+				d.sched.unclaim(got, now)
+				return nil, fmt.Errorf("store: claim: %w", err)
+			}
+			break
+		}
+	}
 	var store []claimedItem
 	for _, c := range got {
 		if c.priority >= limits.HoldBelow {
@@ -331,17 +344,6 @@ func (d *DB) Claim(ctx context.Context, limits inbound.Limits) ([]inbound.Lease,
 		}
 		if len(lost) > 0 {
 			got = slices.DeleteFunc(got, func(c claimedItem) bool { return lost[c.id] })
-		}
-	}
-	var payloads map[int64][]byte
-	for _, c := range got {
-		if c.ev == nil {
-			var err error
-			if payloads, err = d.readPayloads(ctx, got); err != nil {
-				d.sched.unclaim(got, now)
-				return nil, fmt.Errorf("store: claim: %w", err)
-			}
-			break
 		}
 	}
 	leases := make([]inbound.Lease, 0, len(got))

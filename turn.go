@@ -58,14 +58,23 @@ func complete(code outcome.Code, reason string) action {
 func (p *Pipeline) runTurn(parent context.Context, l inbound.Lease, wg *sync.WaitGroup) {
 	ctx, cancel := context.WithCancelCause(parent)
 	defer cancel(nil)
+	// The heartbeat starts once the turn does something that can take time
+	// (a model call, a send): most turns end in the gates within
+	// microseconds, far inside the lease, and need no goroutine or timer.
+	var hbOnce sync.Once
 	hbDone := make(chan struct{})
-	go func() {
-		defer close(hbDone)
-		p.heartbeat(ctx, &l, cancel)
-	}()
-	act := p.turn(ctx, l)
+	heartbeat := func() {
+		hbOnce.Do(func() {
+			go func() {
+				defer close(hbDone)
+				p.heartbeat(ctx, &l, cancel)
+			}()
+		})
+	}
+	act := p.turn(ctx, l, heartbeat)
 	lost := act.kind == actAbandon || errors.Is(context.Cause(ctx), inbound.ErrLeaseLost)
 	cancel(nil)
+	hbOnce.Do(func() { close(hbDone) }) // never started
 	<-hbDone
 	if lost {
 		p.log.Warn("lease lost; turn abandoned", "id", l.ID)
@@ -133,7 +142,9 @@ func (p *Pipeline) finish(ctx context.Context, l inbound.Lease, act action) {
 }
 
 // turn runs the stages for one claimed item and returns what to do with it.
-func (p *Pipeline) turn(ctx context.Context, l inbound.Lease) action {
+// It calls heartbeat (once is enough) before anything that can take time:
+// resuming a delivery, or going on past the gates.
+func (p *Pipeline) turn(ctx context.Context, l inbound.Lease, heartbeat func()) action {
 	ev := l.Event
 	if l.HistoryOnly {
 		return complete(inbound.BackfillHistoryOnly, "backfilled message kept as history only")
@@ -147,6 +158,7 @@ func (p *Pipeline) turn(ctx context.Context, l inbound.Lease) action {
 		if d, ok, err := p.opt.Ledger.LoadDraft(ctx, l.ID); err != nil {
 			return action{kind: actRetry, err: fmt.Errorf("load draft: %w", err)}
 		} else if ok {
+			heartbeat()
 			return p.deliver(ctx, l, outbound.Verdict{Send: true, Code: d.Code, Reason: d.Reason}, inbound.Outcome{}, nil)
 		}
 	}
@@ -167,11 +179,13 @@ func (p *Pipeline) turn(ctx context.Context, l inbound.Lease) action {
 		if v.Reply != "" {
 			// Quiet hours: the notice goes out without a model call and the
 			// message records the gate's code.
+			heartbeat()
 			return p.deliver(ctx, l, outbound.Verdict{Send: true, Text: v.Reply, Code: v.Code, Reason: reason}, inbound.Outcome{}, nil)
 		}
 		return complete(v.Code, reason)
 	}
 	rec := inbound.Outcome{Timings: inbound.Timings{GatesDone: p.clk.Now()}}
+	heartbeat()
 	// What follows may call a model and send. A claim the queue holds in
 	// memory (inbound.Lease.Held) is stored now, so that an attempt that
 	// could crash the process is counted before it starts.

@@ -3,12 +3,15 @@ package store
 import (
 	"cmp"
 	"database/sql"
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -458,4 +461,109 @@ func TestCloseWritesHeldLeases(t *testing.T) {
 	require.Equal(t, inbound.StatusLeased, rec.Status)
 	require.Equal(t, 1, rec.Attempts)
 	require.NoError(t, d.Complete(ctx, ls[0], inbound.Outcome{Code: outcome.Replied}), "the lease is still the holder's")
+}
+
+// TestLeasesUnderConcurrency drives claims (stored and held), lease
+// operations, expiries and ReleaseExpired from several goroutines at once
+// and checks that every item is completed exactly once and that the claim
+// index ends empty.
+func TestLeasesUnderConcurrency(t *testing.T) {
+	t.Parallel()
+	clk := clock.NewFake(t0)
+	d := open(t, clk)
+	ctx := t.Context()
+	const items = 300
+	for i := range items {
+		kind := channel.Group
+		if i%3 == 0 {
+			kind = channel.Private
+		}
+		ev := testEvent(kind, fmt.Sprint("c", i%17), fmt.Sprint(i), t0.Add(time.Duration(i)*time.Millisecond), "x")
+		_, err := d.Enqueue(ctx, inbound.Item{Event: ev, Priority: []int{0, 60, 80, 100}[i%4]})
+		require.NoError(t, err)
+	}
+	var (
+		mu        sync.Mutex
+		completed = map[string]int{}
+		done      atomic.Int64
+	)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for w := range 6 {
+		wg.Go(func() {
+			rng := rand.New(rand.NewPCG(uint64(w), 7))
+			owner := fmt.Sprint("w", w)
+			for done.Load() < items {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				ls, err := d.Claim(ctx, inbound.Limits{Max: 1 + rng.IntN(4), Owner: owner, Lease: time.Second,
+					HoldBelow: []int{0, 70, 101}[rng.IntN(3)]})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				for _, l := range ls {
+					var err error
+					switch r := rng.IntN(20); {
+					case r < 12:
+						err = d.Complete(ctx, l, inbound.Outcome{Code: outcome.Replied})
+						if err == nil {
+							mu.Lock()
+							completed[l.ID]++
+							mu.Unlock()
+							done.Add(1)
+						}
+					case r < 15:
+						err = d.Extend(ctx, &l, time.Second)
+					case r < 17:
+						err = d.Retry(ctx, l, time.Time{}, nil)
+					case r < 19:
+						err = d.Release(ctx, l)
+					default: // abandoned: the lease expires
+					}
+					if err != nil && !errors.Is(err, inbound.ErrLeaseLost) {
+						t.Error(err)
+						return
+					}
+				}
+			}
+		})
+	}
+	wg.Go(func() {
+		for done.Load() < items {
+			select {
+			case <-stop:
+				return
+			case <-time.After(time.Millisecond):
+			}
+			clk.Advance(300 * time.Millisecond)
+			if _, err := d.ReleaseExpired(ctx); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	})
+	finished := make(chan struct{})
+	go func() { wg.Wait(); close(finished) }()
+	select {
+	case <-finished:
+	case <-time.After(60 * time.Second):
+		close(stop)
+		<-finished
+		t.Fatalf("only %d of %d items completed", done.Load(), items)
+	}
+	require.Len(t, completed, items)
+	for id, n := range completed {
+		require.Equal(t, 1, n, "%s completed %d times", id, n)
+	}
+	counts, err := d.CountOutcomes(ctx)
+	require.NoError(t, err)
+	require.Equal(t, items, counts[outcome.Replied])
+	d.sched.mu.Lock()
+	left := len(d.sched.items)
+	d.sched.mu.Unlock()
+	require.Zero(t, left, "the claim index is empty")
 }

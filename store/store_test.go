@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"math"
 	"os"
 	"path/filepath"
 	"sync"
@@ -41,35 +40,20 @@ func open(t testing.TB, clk clock.Clock, opts ...func(*Options)) *DB {
 
 func direct(o *Options) { o.directWrites = true }
 
-// holdingQueue claims with every claim held in memory (see DB.Claim).
-type holdingQueue struct{ *DB }
-
-func (q holdingQueue) Claim(ctx context.Context, limits inbound.Limits) ([]inbound.Lease, error) {
-	limits.HoldBelow = math.MaxInt
-	return q.DB.Claim(ctx, limits)
-}
-
 func TestQueueConformance(t *testing.T) {
 	t.Parallel()
 	modes := []struct {
 		name string
 		opts []func(*Options)
-		hold bool
 	}{
-		{"group-commit", nil, false},
-		{"direct", []func(*Options){direct}, false},
-		{"held-claims", nil, true},
-		{"held-claims-direct", []func(*Options){direct}, true},
+		{"group-commit", nil},
+		{"direct", []func(*Options){direct}},
 	}
 	for _, m := range modes {
 		t.Run(m.name, func(t *testing.T) {
 			t.Parallel()
 			queuetest.Run(t, func(t *testing.T, clk *clock.Fake) inbound.Queue {
-				d := open(t, clk, m.opts...)
-				if m.hold {
-					return holdingQueue{d}
-				}
-				return d
+				return open(t, clk, m.opts...)
 			})
 		})
 	}

@@ -8,6 +8,8 @@
 // limits, delayed availability, lease expiry and fencing (inbound.ErrLeaseLost
 // for stale holders), retry/snooze/release attempt accounting, lease
 // extension, ReleaseExpired, NextAvailable, Lookup, and concurrent claiming.
+// Every test also runs with claims the queue may hold in memory
+// (inbound.Limits.HoldBelow), which must behave like stored ones.
 //
 // # Implementing
 //

@@ -1,8 +1,10 @@
 package queuetest
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"sync"
 	"testing"
@@ -20,7 +22,10 @@ import (
 var Start = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 
 // Run runs the conformance suite against the queues newQueue returns. Each
-// subtest gets a fresh queue and a fresh fake clock set to Start.
+// subtest gets a fresh queue and a fresh fake clock set to Start. Every
+// subtest runs twice: once as written, and once under "Held/" with every
+// claim allowing the queue to hold it (inbound.Limits.HoldBelow at its
+// maximum), since a held lease must behave like a stored one.
 func Run(t *testing.T, newQueue func(t *testing.T, clk *clock.Fake) inbound.Queue) {
 	t.Helper()
 	tests := []struct {
@@ -53,15 +58,33 @@ func Run(t *testing.T, newQueue func(t *testing.T, clk *clock.Fake) inbound.Queu
 		{"LookupNotFound", testLookupNotFound},
 		{"ConcurrentClaims", testConcurrentClaims},
 	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			clk := clock.NewFake(Start)
-			q := newQueue(t, clk)
-			require.NotNil(t, q, "newQueue returned nil")
-			tc.fn(t, &harness{q: q, clk: clk})
-		})
+	for _, held := range []bool{false, true} {
+		prefix := ""
+		if held {
+			prefix = "Held/"
+		}
+		for _, tc := range tests {
+			t.Run(prefix+tc.name, func(t *testing.T) {
+				t.Parallel()
+				clk := clock.NewFake(Start)
+				q := newQueue(t, clk)
+				require.NotNil(t, q, "newQueue returned nil")
+				if held {
+					q = holding{q}
+				}
+				tc.fn(t, &harness{q: q, clk: clk})
+			})
+		}
 	}
+}
+
+// holding is a queue whose every claim may be held (Limits.HoldBelow at its
+// maximum).
+type holding struct{ inbound.Queue }
+
+func (h holding) Claim(ctx context.Context, limits inbound.Limits) ([]inbound.Lease, error) {
+	limits.HoldBelow = math.MaxInt
+	return h.Queue.Claim(ctx, limits)
 }
 
 // harness bundles a queue under test with its clock.

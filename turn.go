@@ -141,6 +141,24 @@ func (p *Pipeline) finish(ctx context.Context, l inbound.Lease, act action) {
 	}
 }
 
+// storeHeld stores a claim the queue holds in memory (inbound.Lease.Held)
+// by extending the lease, before the turn does something that could crash
+// the process (call a model, send), so that such an attempt is counted. ok
+// is false when it failed; act is then what the turn does instead.
+func (p *Pipeline) storeHeld(ctx context.Context, l *inbound.Lease) (act action, ok bool) {
+	if !l.Held {
+		return action{}, true
+	}
+	if err := p.opt.Queue.Extend(ctx, l, p.opt.Lease); err != nil {
+		if errors.Is(err, inbound.ErrLeaseLost) {
+			return action{kind: actAbandon}, false
+		}
+		return action{kind: actRetry, err: fmt.Errorf("extend lease: %w", err)}, false
+	}
+	l.Held = false
+	return action{}, true
+}
+
 // turn runs the stages for one claimed item and returns what to do with it.
 // It calls heartbeat (once is enough) before anything that can take time:
 // resuming a delivery, or going on past the gates.
@@ -159,6 +177,9 @@ func (p *Pipeline) turn(ctx context.Context, l inbound.Lease, heartbeat func()) 
 			return action{kind: actRetry, err: fmt.Errorf("load draft: %w", err)}
 		} else if ok {
 			heartbeat()
+			if act, ok := p.storeHeld(ctx, &l); !ok {
+				return act
+			}
 			return p.deliver(ctx, l, outbound.Verdict{Send: true, Code: d.Code, Reason: d.Reason}, inbound.Outcome{}, nil)
 		}
 	}
@@ -180,22 +201,18 @@ func (p *Pipeline) turn(ctx context.Context, l inbound.Lease, heartbeat func()) 
 			// Quiet hours: the notice goes out without a model call and the
 			// message records the gate's code.
 			heartbeat()
+			if act, ok := p.storeHeld(ctx, &l); !ok {
+				return act
+			}
 			return p.deliver(ctx, l, outbound.Verdict{Send: true, Text: v.Reply, Code: v.Code, Reason: reason}, inbound.Outcome{}, nil)
 		}
 		return complete(v.Code, reason)
 	}
 	rec := inbound.Outcome{Timings: inbound.Timings{GatesDone: p.clk.Now()}}
 	heartbeat()
-	// What follows may call a model and send. A claim the queue holds in
-	// memory (inbound.Lease.Held) is stored now, so that an attempt that
-	// could crash the process is counted before it starts.
-	if l.Held {
-		if err := p.opt.Queue.Extend(ctx, &l, p.opt.Lease); err != nil {
-			if errors.Is(err, inbound.ErrLeaseLost) {
-				return action{kind: actAbandon}
-			}
-			return action{kind: actRetry, err: fmt.Errorf("extend lease: %w", err)}
-		}
+	// What follows may call a model and send.
+	if act, ok := p.storeHeld(ctx, &l); !ok {
+		return act
 	}
 	var (
 		run        *runningTurn

@@ -82,7 +82,8 @@ type Lease struct {
 	// Retry, Snooze, Release) stores it. A process that dies first leaves
 	// the item as it was before the claim, claimable again with that
 	// attempt not counted, so a holder about to do something that could
-	// kill the process (call a model, send) extends the lease first.
+	// kill the process (call a model, send) extends the lease first
+	// (Queue.Extend clears Held once the claim is stored).
 	Held bool
 }
 
@@ -226,7 +227,8 @@ type Queue interface {
 	// Claim leases up to limits.Max claimable items in priority order,
 	// honouring per-session in-flight limits, in one atomic step.
 	Claim(ctx context.Context, limits Limits) ([]Lease, error)
-	// Extend renews the lease to now + d.
+	// Extend renews the lease to now + d, storing a held claim (and
+	// clearing l.Held).
 	Extend(ctx context.Context, l *Lease, d time.Duration) error
 	// Complete ends the item with its outcome.
 	Complete(ctx context.Context, l Lease, o Outcome) error

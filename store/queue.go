@@ -591,7 +591,8 @@ func nullMs0(t int64) any {
 // Extend implements inbound.Queue: it moves the lease's expiry to now + dur
 // (dur ≤ 0 means inbound.DefaultLease) and updates l.Until. It fails with
 // inbound.ErrLeaseLost, changing nothing, unless l is the current lease.
-// The first Extend of a soft lease (see Claim) writes the claim.
+// The first Extend of a held lease (see Claim) writes the claim and clears
+// l.Held.
 func (d *DB) Extend(ctx context.Context, l *inbound.Lease, dur time.Duration) error {
 	if l == nil {
 		return fmt.Errorf("%w: nil lease", ErrInvalid)
@@ -606,7 +607,7 @@ func (d *DB) Extend(ctx context.Context, l *inbound.Lease, dur time.Duration) er
 	if err := d.leaseOp(ctx, "extend", l, after, sqlExtend, []any{until, now}, soft); err != nil {
 		return err
 	}
-	l.Until = fromMs(until)
+	l.Until, l.Held = fromMs(until), false
 	return nil
 }
 

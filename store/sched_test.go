@@ -278,6 +278,7 @@ func TestSecondHandleLosesAtFirstWrite(t *testing.T) {
 	require.Equal(t, keys[:1], ids(la), "b's lease is in b's memory only")
 
 	require.NoError(t, b.Extend(ctx, &lb[0], time.Minute), "b writes its claim first")
+	require.False(t, lb[0].Held, "stored by the extension")
 	require.ErrorIs(t, a.Complete(ctx, la[0], inbound.Outcome{Code: outcome.Replied}), inbound.ErrLeaseLost)
 	rec, err := a.Lookup(ctx, keys[0])
 	require.NoError(t, err)

@@ -115,8 +115,8 @@ type Options struct {
 	// NoSearchIndexer, and new history rows are stored without search
 	// tokens (see search_deferred.go): a history search first tokenizes
 	// and indexes every such row of the sessions it searches, so results
-	// stay complete, and a DB opened later on the same file without
-	// DeferSearch does it for all of them in the background. A message
+	// stay complete, and a DB opened later on the same file with the
+	// background indexer does it for all of them. A message
 	// then costs a tokenization and a search-queue row (a page of its own)
 	// less.
 	DeferSearch bool

@@ -458,9 +458,10 @@ WHERE rowid IN (SELECT value FROM json_each(?))`, string(js))
 	return out, rows.Err()
 }
 
-// sqlLiveItem reads one item for the claim index.
+// sqlLiveItem reads one item for the claim index, with sqlLoadLive's
+// columns (see scanLive).
 const sqlLiveItem = `SELECT id, session_key, chat_kind, priority, event_time, history_only, available_at,
-    status, coalesce(lease_until, 0), claims, rid FROM inbound_items WHERE ` + itemByID + ` AND status IN ('pending', 'leased')`
+    status, coalesce(lease_until, 0), claims, rid, attempts FROM inbound_items WHERE ` + itemByID + ` AND status IN ('pending', 'leased')`
 
 // refresh re-reads items whose state the claim index got wrong (a claim's
 // guard rejected them) and indexes them as the table has them. The reads

@@ -242,6 +242,15 @@ func TestClaimGuardAgainstSecondHandle(t *testing.T) {
 	rec, err := a.Lookup(ctx, keys[0])
 	require.NoError(t, err)
 	require.Equal(t, inbound.StatusLeased, rec.Status)
+	// a re-read the row: its index has b's stored lease, not a lease of
+	// its own.
+	a.sched.mu.Lock()
+	it := a.sched.items[keys[0]]
+	soft, claims, attempts := it.soft, it.claims, it.attempts
+	a.sched.mu.Unlock()
+	require.False(t, soft)
+	require.Equal(t, 1, claims)
+	require.Equal(t, 1, attempts)
 	require.NoError(t, b.Complete(ctx, lb[0], inbound.Outcome{Code: outcome.Replied}))
 }
 

@@ -64,7 +64,7 @@ type writer struct {
 	fence  commitFence // may be nil
 
 	// dc is conn's driver connection while the writer holds it (inside
-	// conn.Raw, see wconn.go); stmts caches the statements prepared on it
+	// conn.Raw, see writer_driver.go); stmts caches the statements prepared on it
 	// by SQL text. Only the goroutine that owns conn (the loop, or the
 	// holder of directMu in direct mode) touches them.
 	dc    any
@@ -199,7 +199,7 @@ const busyGap = time.Millisecond
 func (w *writer) loop() {
 	defer close(w.stopped)
 	// The writer holds its connection's driver connection for as long as
-	// it runs (see wconn.go).
+	// it runs (see writer_driver.go).
 	err := w.conn.Raw(func(dc any) error {
 		w.dc = dc
 		defer func() {

@@ -337,7 +337,7 @@ func (d *DB) Claim(ctx context.Context, limits inbound.Limits) ([]inbound.Lease,
 		}
 	}
 	if len(store) > 0 {
-		lost, err := d.storeClaims(ctx, store, limits.Owner, until, now)
+		lost, err := d.storeClaims(ctx, store, limits.Owner, now)
 		if err != nil {
 			d.sched.unclaim(got, now)
 			return nil, fmt.Errorf("store: claim: %w", err)
@@ -372,24 +372,48 @@ func (d *DB) Claim(ctx context.Context, limits inbound.Limits) ([]inbound.Lease,
 }
 
 // storeClaims writes the claims of items just leased by sched.claim (soft
-// leases of owner until until) in one write, making them ordinary leases.
-// It returns the items another handle changed behind the index (their
-// rows' claims moved on): those are not leased, and the index re-reads
-// them. On error nothing was written and the items are still soft leases.
-func (d *DB) storeClaims(ctx context.Context, items []claimedItem, owner string, until, now int64) (map[string]bool, error) {
+// leases of owner) in one write, making them ordinary leases. It returns
+// the items another handle changed behind the index (their rows' claims
+// moved on): those are not leased, and the index re-reads them. On error
+// nothing was written and the items are still soft leases.
+func (d *DB) storeClaims(ctx context.Context, items []claimedItem, owner string, now int64) (map[string]bool, error) {
 	ids := make([]string, 0, len(items))
-	soft := make([]softLease, 0, len(items))
+	held := make([]softLease, 0, len(items))
 	for _, c := range items {
 		sl, isSoft, pinned, ok, _ := d.sched.pinLease(c.id, owner, c.claims)
 		if !isSoft || !pinned || !ok {
 			continue // cannot happen: nothing else knows the lease yet
 		}
-		ids, soft = append(ids, c.id), append(soft, sl)
+		ids, held = append(ids, c.id), append(held, sl)
 	}
-	done := make([]bool, len(ids))
-	err := d.writeThen(ctx, func(tx wtx) error {
-		for i, sl := range soft {
-			res, err := tx.exec(sqlWriteSoft, "leased", owner, sl.claims, until, now, sl.attempts,
+	done, err := d.storeHeld(ctx, ids, held, now)
+	if err != nil {
+		return nil, err
+	}
+	var lost map[string]bool
+	for i, id := range ids {
+		if !done[i] {
+			if lost == nil {
+				lost = map[string]bool{}
+			}
+			lost[id] = true
+		}
+	}
+	if len(lost) > 0 {
+		d.refresh(ctx, slices.Collect(maps.Keys(lost)))
+	}
+	return lost, nil
+}
+
+// storeHeld writes soft leases pinned by the caller into their rows, in one
+// write: each written one becomes an ordinary lease in the index (done[i]),
+// the others (the row moved on behind the index, or the write failed) are
+// unpinned as they were.
+func (d *DB) storeHeld(ctx context.Context, ids []string, held []softLease, now int64) (done []bool, err error) {
+	done = make([]bool, len(ids))
+	err = d.writeThen(ctx, func(tx wtx) error {
+		for i, sl := range held {
+			res, err := tx.exec(sqlWriteSoft, "leased", sl.owner, sl.claims, sl.leaseUntil, now, sl.attempts,
 				nullMs0(sl.firstClaim), sl.rid, sl.dbClaims)
 			if err != nil {
 				return err
@@ -400,29 +424,16 @@ func (d *DB) storeClaims(ctx context.Context, items []claimedItem, owner string,
 	}, func() {
 		for i, id := range ids {
 			if done[i] {
-				d.sched.leaseChanged(id, soft[i].claims, false, true, 0, until, 0, now)
+				d.sched.leaseChanged(id, held[i].claims, false, true, 0, held[i].leaseUntil, 0, now)
 			}
 		}
 	})
-	var lost map[string]bool
 	for i, id := range ids {
 		if err != nil || !done[i] {
-			d.sched.unpin(id, soft[i].claims, now)
-		}
-		if err == nil && !done[i] {
-			if lost == nil {
-				lost = map[string]bool{}
-			}
-			lost[id] = true
+			d.sched.unpin(id, held[i].claims, now)
 		}
 	}
-	if err != nil {
-		return nil, err
-	}
-	if len(lost) > 0 {
-		d.refresh(ctx, slices.Collect(maps.Keys(lost)))
-	}
-	return lost, nil
+	return done, err
 }
 
 // readPayloads reads the stored events of the claimed items the index does
@@ -741,7 +752,7 @@ func (d *DB) ReleaseExpired(ctx context.Context) (int, error) {
 	err := d.writeThen(ctx, func(tx wtx) error {
 		n, hard = 0, 0
 		if ids == nil {
-			ids, soft = d.sched.pinExpiredSoft(now)
+			ids, soft = d.sched.pinSoft(now)
 			ok = make([]bool, len(ids))
 		}
 		// The held leases first: a row whose expired lease was claimed again
@@ -795,38 +806,15 @@ func (d *DB) ReleaseExpired(ctx context.Context) (int, error) {
 }
 
 // writeSoftLeases puts every soft lease still held into its row (Close:
-// the next handle on the file honours them like any lease).
+// the next handle on the file honours them like any lease). The leases
+// written are ordinary ones afterwards, so their holders' operations do not
+// wait on a pin.
 func (d *DB) writeSoftLeases(ctx context.Context) error {
-	now := d.now()
-	ids, owners, untils, soft := d.sched.pinAllSoft()
+	ids, held := d.sched.pinSoft(0)
 	if len(ids) == 0 {
 		return nil
 	}
-	done := make([]bool, len(ids))
-	err := d.writeThen(ctx, func(tx wtx) error {
-		for i, sl := range soft {
-			res, err := tx.exec(sqlWriteSoft, "leased", owners[i], sl.claims, untils[i], now, sl.attempts,
-				nullMs0(sl.firstClaim), sl.rid, sl.dbClaims)
-			if err != nil {
-				return err
-			}
-			done[i] = affected(res) == 1
-		}
-		return nil
-	}, func() {
-		for i, id := range ids {
-			if done[i] {
-				d.sched.leaseChanged(id, soft[i].claims, false, true, 0, untils[i], 0, now)
-			}
-		}
-	})
-	// The leases written are ordinary ones now; the others stay as they
-	// were, so that their holders' operations do not wait on them.
-	for i, id := range ids {
-		if err != nil || !done[i] {
-			d.sched.unpin(id, soft[i].claims, now)
-		}
-	}
+	_, err := d.storeHeld(ctx, ids, held, d.now())
 	return err
 }
 

@@ -365,9 +365,16 @@ func (s *sched) unclaim(items []claimedItem, now int64) {
 // softLease is the state of a soft lease pinned for the write that ends or
 // hardens it.
 type softLease struct {
-	rid                        int64
-	dbClaims, attempts, claims int
-	firstClaim, availableAt    int64
+	rid                                 int64
+	dbClaims, attempts, claims          int
+	firstClaim, availableAt, leaseUntil int64
+	owner                               string
+}
+
+// softLeaseOf is it's lease as a write needs it.
+func softLeaseOf(it *schedItem) softLease {
+	return softLease{rid: it.rid, dbClaims: it.dbClaims, attempts: it.attempts, claims: it.claims,
+		firstClaim: it.firstClaim, availableAt: it.availableAt, leaseUntil: it.leaseUntil, owner: it.owner}
 }
 
 // pinLease checks the lease (id, owner, claims) against the index before
@@ -399,8 +406,7 @@ func (s *sched) pinLease(id, owner string, claims int) (sl softLease, soft, pinn
 	if !it.soft {
 		return softLease{}, false, true, true, nil
 	}
-	return softLease{rid: it.rid, dbClaims: it.dbClaims, attempts: it.attempts, claims: it.claims,
-		firstClaim: it.firstClaim, availableAt: it.availableAt}, true, true, true, nil
+	return softLeaseOf(it), true, true, true, nil
 }
 
 // pin takes the leased item it out of every heap while a write about its
@@ -412,7 +418,7 @@ func (s *sched) pin(it *schedItem) {
 	s.sessions[it.session].inflight++
 }
 
-// unpin puts back a lease pinned by pinLease (or pinExpiredSoft) whose
+// unpin puts back a lease pinned by pinLease (or pinSoft) whose
 // write failed.
 func (s *sched) unpin(id string, claims int, now int64) {
 	s.mu.Lock()
@@ -423,38 +429,20 @@ func (s *sched) unpin(id string, claims int, now int64) {
 	}
 }
 
-// pinExpiredSoft pins every soft lease that expired at now and is not
-// pinned already, and returns them (ReleaseExpired writes them back).
-func (s *sched) pinExpiredSoft(now int64) (ids []string, leases []softLease) {
+// pinSoft pins every soft lease that is not pinned already and, when
+// expiredAt is not 0, expired at expiredAt, and returns them: ReleaseExpired
+// writes back the expired ones, Close all of them.
+func (s *sched) pinSoft(expiredAt int64) (ids []string, leases []softLease) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, it := range s.items {
-		if !it.soft || !it.leased || it.leaseUntil > now || it.loc == locClaiming {
+		if !it.soft || !it.leased || it.loc == locClaiming || expiredAt != 0 && it.leaseUntil > expiredAt {
 			continue
 		}
 		s.pin(it)
-		ids = append(ids, it.id)
-		leases = append(leases, softLease{rid: it.rid, dbClaims: it.dbClaims, attempts: it.attempts,
-			claims: it.claims, firstClaim: it.firstClaim, availableAt: it.availableAt})
+		ids, leases = append(ids, it.id), append(leases, softLeaseOf(it))
 	}
 	return ids, leases
-}
-
-// pinAllSoft pins every soft lease that is not pinned already and returns
-// them with their owners and expiries (Close writes them).
-func (s *sched) pinAllSoft() (ids []string, owners []string, untils []int64, leases []softLease) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for _, it := range s.items {
-		if !it.soft || !it.leased || it.loc == locClaiming {
-			continue
-		}
-		s.pin(it)
-		ids, owners, untils = append(ids, it.id), append(owners, it.owner), append(untils, it.leaseUntil)
-		leases = append(leases, softLease{rid: it.rid, dbClaims: it.dbClaims, attempts: it.attempts,
-			claims: it.claims, firstClaim: it.firstClaim, availableAt: it.availableAt})
-	}
-	return ids, owners, untils, leases
 }
 
 // softLeased reports whether the item id has a soft lease.

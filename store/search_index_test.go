@@ -383,15 +383,8 @@ func TestRebuildSearchIndexWithQueuedRows(t *testing.T) {
 // trigger).
 func createVersion2(t *testing.T, path string, rows []eventRow) {
 	t.Helper()
-	ms, err := loadMigrations(migrationFS)
-	require.NoError(t, err)
-	raw, err := sql.Open("sqlite3", path)
-	require.NoError(t, err)
+	raw := openAtVersion(t, path, 2)
 	defer func() { require.NoError(t, raw.Close()) }()
-	for _, m := range ms[:2] {
-		_, err := raw.Exec(m.sql)
-		require.NoError(t, err, m.name)
-	}
 	for _, r := range rows {
 		_, err := raw.Exec(`INSERT INTO message_events (id, session_key, platform, bot_id, chat_kind, chat_id,
     message_id, seq, sender_id, sender_name, event_time, text, payload, direction, created_at, search_tokens, search_sid)
@@ -401,8 +394,6 @@ VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?11, ?15, ?
 			rowTokens(r.text, r.senderName, string(r.direction)), r.searchSID)
 		require.NoError(t, err)
 	}
-	_, err = raw.Exec(`PRAGMA user_version = 2`)
-	require.NoError(t, err)
 }
 
 func TestSearchIndexMigrationFromVersion2(t *testing.T) {

@@ -3,6 +3,7 @@ package store
 import (
 	"database/sql"
 	"encoding/json"
+	"fmt"
 	"path/filepath"
 	"testing"
 	"time"
@@ -17,20 +18,32 @@ import (
 	"github.com/personakit/persona/outcome"
 )
 
-// createVersion4 writes a database at schema version 4 holding the given
-// queue items, each with its transcript row unless orphan lists its id, as
-// version 4 stored them (queue rows keyed by their TEXT id).
-func createVersion4(t *testing.T, path string, items []inbound.Item, status map[string]string, orphan map[string]bool) {
+// openAtVersion creates a database at path with the first version
+// migrations applied and PRAGMA user_version set to it, and returns a plain
+// connection to it (the caller closes it), for writing rows as that version
+// stored them.
+func openAtVersion(t *testing.T, path string, version int) *sql.DB {
 	t.Helper()
 	migs, err := loadMigrations(migrationFS)
 	require.NoError(t, err)
 	raw, err := sql.Open("sqlite3", path)
 	require.NoError(t, err)
-	defer func() { require.NoError(t, raw.Close()) }()
-	for _, m := range migs[:4] {
+	for _, m := range migs[:version] {
 		_, err := raw.Exec(m.sql)
 		require.NoError(t, err, m.name)
 	}
+	_, err = raw.Exec(fmt.Sprintf("PRAGMA user_version = %d", version))
+	require.NoError(t, err)
+	return raw
+}
+
+// createVersion4 writes a database at schema version 4 holding the given
+// queue items, each with its transcript row unless orphan lists its id, as
+// version 4 stored them (queue rows keyed by their TEXT id).
+func createVersion4(t *testing.T, path string, items []inbound.Item, status map[string]string, orphan map[string]bool) {
+	t.Helper()
+	raw := openAtVersion(t, path, 4)
+	defer func() { require.NoError(t, raw.Close()) }()
 	for i, it := range items {
 		r, err := newEventRow(it.ID, it.SessionKey, &it.Event, memory.In, time.Time{}, ms(t0))
 		require.NoError(t, err)
@@ -58,8 +71,6 @@ VALUES (?1, ?2, 'group', ?3, ?4, ?5, ?6, ?7, ?8, ?8, ?9, ?10, ?9, ?9, ?9)`,
 			it.ID, it.SessionKey, r.senderID, r.messageID, r.eventTime, it.Priority, st, i%2, ms(t0), code)
 		require.NoError(t, err)
 	}
-	_, err = raw.Exec(`PRAGMA user_version = 4`)
-	require.NoError(t, err)
 }
 
 func TestQueueMigrationKeysRowsByTranscriptRowid(t *testing.T) {
@@ -138,14 +149,7 @@ func TestQueueMigrationKeysRowsByTranscriptRowid(t *testing.T) {
 func TestLedgerMigrationMovesDrafts(t *testing.T) {
 	t.Parallel()
 	path := filepath.Join(t.TempDir(), "v6.db")
-	migs, err := loadMigrations(migrationFS)
-	require.NoError(t, err)
-	raw, err := sql.Open("sqlite3", path)
-	require.NoError(t, err)
-	for _, m := range migs[:6] {
-		_, err := raw.Exec(m.sql)
-		require.NoError(t, err, m.name)
-	}
+	raw := openAtVersion(t, path, 6)
 	dr := outbound.Draft{TurnID: "turn-1", SessionKey: "s", Code: outcome.Replied, Reason: "why",
 		Chunks: []outbound.Chunk{{Text: "hello"}, {Text: "again"}}}
 	body, err := json.Marshal(dr)
@@ -154,8 +158,6 @@ func TestLedgerMigrationMovesDrafts(t *testing.T) {
 	require.NoError(t, err)
 	_, err = raw.Exec(`INSERT INTO delivery_ledger (turn_id, slot, fingerprint, state, platform_message_ids, sent_at, created_at, updated_at)
 VALUES ('turn-1', 0, 'fp0', 'sent', '["m1"]', 5, 2, 5), ('turn-1', 1, 'fp1', 'intent', NULL, NULL, 3, 3)`)
-	require.NoError(t, err)
-	_, err = raw.Exec(`PRAGMA user_version = 6`)
 	require.NoError(t, err)
 	require.NoError(t, raw.Close())
 

@@ -206,28 +206,35 @@ func TestClaimIndexSurvivesRestart(t *testing.T) {
 	require.Equal(t, t0, at.UTC(), "keys[2] has been available since it was enqueued")
 }
 
+// twoHandles opens two DBs on one new file holding two pending items of
+// two groups (their keys in claim order), enqueued through the first.
+func twoHandles(t *testing.T) (a, b *DB, keys []string) {
+	t.Helper()
+	clk := clock.NewFake(t0)
+	path := filepath.Join(t.TempDir(), "q.db")
+	a, err := Open(path, Options{Clock: clk})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, a.Close()) })
+	for i := range 2 {
+		ev := testEvent(channel.Group, fmt.Sprint("g", i), "m", t0.Add(time.Duration(i)*time.Second), "x")
+		_, err := a.Enqueue(t.Context(), inbound.Item{Event: ev})
+		require.NoError(t, err)
+		keys = append(keys, ev.Key())
+	}
+	b, err = Open(path, Options{Clock: clk})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, b.Close()) })
+	return a, b, keys
+}
+
 // TestClaimGuardAgainstSecondHandle: a second handle on the same file
 // claims an item behind the first handle's back; the first handle's stored
 // claim does not lease it again, learns its state, and takes the next
 // item.
 func TestClaimGuardAgainstSecondHandle(t *testing.T) {
 	t.Parallel()
-	clk := clock.NewFake(t0)
-	path := filepath.Join(t.TempDir(), "q.db")
-	a, err := Open(path, Options{Clock: clk})
-	require.NoError(t, err)
-	defer func() { require.NoError(t, a.Close()) }()
+	a, b, keys := twoHandles(t)
 	ctx := t.Context()
-	var keys []string
-	for i := range 2 {
-		ev := testEvent(channel.Group, fmt.Sprint("g", i), "m", t0.Add(time.Duration(i)*time.Second), "x")
-		_, err := a.Enqueue(ctx, inbound.Item{Event: ev})
-		require.NoError(t, err)
-		keys = append(keys, ev.Key())
-	}
-	b, err := Open(path, Options{Clock: clk})
-	require.NoError(t, err)
-	defer func() { require.NoError(t, b.Close()) }()
 	lb, err := b.Claim(ctx, inbound.Limits{Max: 1, Owner: "b"})
 	require.NoError(t, err)
 	require.Equal(t, keys[:1], ids(lb))
@@ -260,22 +267,8 @@ func TestClaimGuardAgainstSecondHandle(t *testing.T) {
 // row through, and the loser's index learns the row's state.
 func TestSecondHandleLosesAtFirstWrite(t *testing.T) {
 	t.Parallel()
-	clk := clock.NewFake(t0)
-	path := filepath.Join(t.TempDir(), "q.db")
-	a, err := Open(path, Options{Clock: clk})
-	require.NoError(t, err)
-	defer func() { require.NoError(t, a.Close()) }()
+	a, b, keys := twoHandles(t)
 	ctx := t.Context()
-	var keys []string
-	for i := range 2 {
-		ev := testEvent(channel.Group, fmt.Sprint("g", i), "m", t0.Add(time.Duration(i)*time.Second), "x")
-		_, err := a.Enqueue(ctx, inbound.Item{Event: ev})
-		require.NoError(t, err)
-		keys = append(keys, ev.Key())
-	}
-	b, err := Open(path, Options{Clock: clk})
-	require.NoError(t, err)
-	defer func() { require.NoError(t, b.Close()) }()
 	held := inbound.Limits{Max: 1, Owner: "b", HoldBelow: math.MaxInt}
 	lb, err := b.Claim(ctx, held)
 	require.NoError(t, err)

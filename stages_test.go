@@ -237,3 +237,80 @@ func TestAttemptDurableBeforeModelCall(t *testing.T) {
 		})
 	}
 }
+
+// sendObserver is the harness's channel with a look at the store at the
+// moment of every send.
+type sendObserver struct {
+	*chantest.Channel
+	onSend func()
+}
+
+func (c *sendObserver) Send(ctx context.Context, out channel.Outgoing) (channel.Receipt, error) {
+	c.onSend()
+	return c.Channel.Send(ctx, out)
+}
+
+// TestHeldClaimStoredBeforeResumedSend: an unprompted message's claim is
+// held in memory by the store; a turn that resumes sending a saved draft
+// (no model call this time) stores it before the send too.
+func TestHeldClaimStoredBeforeResumedSend(t *testing.T) {
+	t.Parallel()
+	model := agenttest.New()
+	model.OnPurpose(agent.PurposeRouter, agenttest.Reply(routerRating("yes", 0.9)))
+	model.OnPurpose(agent.PurposeAudit, agenttest.Reply(audit(false)))
+	model.Otherwise(agenttest.Reply("the answer is 42"))
+	type row struct {
+		status   string
+		attempts int
+		err      error
+	}
+	var (
+		path atomic.Pointer[string]
+		mu   sync.Mutex
+		rows []row
+	)
+	h := newHarness(t, model, func(o *persona.Options) {
+		o.NoRouter = false
+		o.Channels = []channel.Channel{&sendObserver{Channel: o.Channels[0].(*chantest.Channel), onSend: func() {
+			var r row
+			raw, err := sql.Open("sqlite3", *path.Load())
+			if err == nil {
+				r.err = raw.QueryRow(`SELECT status, attempts FROM inbound_items`).Scan(&r.status, &r.attempts)
+				_ = raw.Close()
+			} else {
+				r.err = err
+			}
+			mu.Lock()
+			rows = append(rows, r)
+			mu.Unlock()
+		}}}
+	})
+	p := h.db.Path()
+	path.Store(&p)
+	ctx := t.Context()
+	h.ch.FailNext(1, channel.ErrOffline)
+	ev := h.say(group1, alice, "does anyone know the answer?")
+	require.Eventually(t, func() bool {
+		r, err := h.p.Lookup(ctx, ev.Key())
+		return err == nil && r.Status == inbound.StatusPending && r.Attempts == 0
+	}, 10*time.Second, 5*time.Millisecond, "offline snoozes the turn, its draft saved")
+	h.ch.SetOnline(ctx, false)
+	h.ch.SetOnline(ctx, true)
+	h.advanceUntil(persona.DefaultOfflineRetry, func() bool { return h.has(ev) })
+	require.Equal(t, outcome.RepliedProactive, h.outcome(ev).Code)
+	chats := 0
+	for _, r := range model.Requests() {
+		if r.Purpose == agent.PurposeChat {
+			chats++
+		}
+	}
+	require.Equal(t, 1, chats, "one generation; the second send resumes the draft")
+	mu.Lock()
+	defer mu.Unlock()
+	require.Len(t, rows, 2)
+	for _, r := range rows {
+		require.NoError(t, r.err)
+		require.Equal(t, "leased", r.status, "the claim is in the row when a chunk is sent")
+		require.Equal(t, 1, r.attempts)
+	}
+}

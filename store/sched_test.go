@@ -570,3 +570,31 @@ func TestLeasesUnderConcurrency(t *testing.T) {
 	d.sched.mu.Unlock()
 	require.Zero(t, left, "the claim index is empty")
 }
+
+// TestReleaseExpiredCountsEachItemOnce: a row whose stored lease expired
+// and that was claimed again in memory, that lease expired too, is
+// released once, by its held lease's write.
+func TestReleaseExpiredCountsEachItemOnce(t *testing.T) {
+	t.Parallel()
+	clk := clock.NewFake(t0)
+	d := open(t, clk)
+	ctx := t.Context()
+	x := testEvent(channel.Group, "g", "x", t0, "x")
+	_, err := d.Enqueue(ctx, inbound.Item{Event: x})
+	require.NoError(t, err)
+	_, err = d.Claim(ctx, inbound.Limits{Max: 1, Owner: "w1", Lease: time.Second}) // stored
+	require.NoError(t, err)
+	clk.Advance(2 * time.Second)
+	again, err := d.Claim(ctx, inbound.Limits{Max: 1, Owner: "w2", Lease: time.Second, HoldBelow: 1})
+	require.NoError(t, err)
+	require.Len(t, again, 1)
+	require.True(t, again[0].Held)
+	clk.Advance(2 * time.Second)
+	n, err := d.ReleaseExpired(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	rec, err := d.Lookup(ctx, x.Key())
+	require.NoError(t, err)
+	require.Equal(t, inbound.StatusPending, rec.Status)
+	require.Equal(t, 2, rec.Attempts, "both attempts stay counted")
+}

@@ -532,6 +532,32 @@ func TestRecall(t *testing.T) {
 	require.Len(t, c.Sent(), 2, "Sent keeps what was sent")
 }
 
+// TestRecalledMessageCanReturn: a recalled message leaves the history, and
+// the same id delivered again is remembered again (once).
+func TestRecalledMessageCanReturn(t *testing.T) {
+	t.Parallel()
+	c, _ := running(t, chantest.Config{Clock: clock.NewFake(t0)})
+	ctx := t.Context()
+	texts := func() []string {
+		page, err := c.FetchHistory(ctx, channel.HistoryQuery{Chat: group})
+		require.NoError(t, err)
+		var out []string
+		for _, ev := range page.Events {
+			out = append(out, ev.Text())
+		}
+		return out
+	}
+	_, err := c.Say(ctx, group, alice, "first", chantest.WithMessageID("m"))
+	require.NoError(t, err)
+	require.NoError(t, c.Recall(ctx, group, "m"))
+	require.Empty(t, texts())
+	for range 2 {
+		_, err = c.Say(ctx, group, alice, "again", chantest.WithMessageID("m"))
+		require.NoError(t, err)
+	}
+	require.Equal(t, []string{"again"}, texts())
+}
+
 func TestBareHidesCapabilities(t *testing.T) {
 	t.Parallel()
 	c := chantest.New(chantest.Config{Platform: "p", Limit: channel.TextLimit{Max: 10}})

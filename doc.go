@@ -34,7 +34,11 @@
 // HandleEvent returns only after the message is in the SQLite queue (or,
 // when the database cannot be written, in an fsynced journal that is
 // replayed later). Workers claim items with a lease that a heartbeat renews;
-// a crashed process's leases expire and the items are claimed again. Every
+// a crashed process's leases expire and the items are claimed again. The
+// claim of a message that is not a direct trigger is held in memory until
+// its turn goes past the gates (most never do), then stored before any model
+// call or send, so an attempt that could crash the process is counted; a
+// crash before that leaves the message claimable at once. Every
 // outgoing chunk goes through the delivery ledger, so a retried or resumed
 // turn never sends a chunk twice.
 //

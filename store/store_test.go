@@ -92,6 +92,8 @@ func TestOpenSettings(t *testing.T) {
 			require.Equal(t, 1, n)
 			writerQuery(t, d, "PRAGMA busy_timeout", &n)
 			require.Equal(t, 2000, n)
+			writerQuery(t, d, "PRAGMA cache_size", &n)
+			require.Equal(t, -writerCacheKiB, n, "the writer's page cache stays small (see Open)")
 			require.NoError(t, d.rdb.QueryRowContext(t.Context(), "PRAGMA query_only").Scan(&n))
 			require.Equal(t, 1, n, "readers are read-only")
 			require.Equal(t, DefaultReadConns, d.rdb.Stats().MaxOpenConnections)

@@ -101,6 +101,19 @@
 // rows in it first, and a DB opened later with the indexer tokenizes the
 // whole range in the background.
 //
+// # Session history
+//
+// A session's history is found through a timeline table (session, time,
+// rowid) that the store writes in bulk, not through an index SQLite keeps
+// up row by row, which wrote one page of its own per message when messages
+// spread over many chats. The newest transcript rows (the tail: up to
+// 1,024, or 2 s old) are not in it yet; a background flusher moves the
+// whole tail in with one sorted write. Every session read covers both in
+// one statement, so it sees the same rows as before: [DB.Recent] finds its
+// session's tail rows by the rowids the writer listed for it, the other
+// reads scan the tail. Rows written through another DB handle are seen by
+// Recent once that handle flushed them (within 2 s).
+//
 // # Concurrency
 //
 // A DB is safe for concurrent use. All writes go through a single writer

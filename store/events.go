@@ -122,6 +122,7 @@ func upsertEvent(tx wtx, r *eventRow, now int64) error {
 		if r.rowid, err = res.LastInsertId(); err != nil {
 			return err
 		}
+		tx.w.tail.added(r.session, r.rowid)
 		if at, ok := r.recalledAt.(int64); ok {
 			r.recalled = sql.NullInt64{Int64: at, Valid: true}
 		}
@@ -132,7 +133,12 @@ func upsertEvent(tx wtx, r *eventRow, now int64) error {
 		// text (see search_deferred.go).
 		r.searchTokens = rowTokens(r.text, r.senderName, string(r.direction))
 	}
-	return tx.queryRow(sqlUpdateEvent, r.id, r.session, r.platform, r.botID, r.chatKind, r.chatID, r.messageID,
+	if err := tx.queryRow(sqlUpdateEvent, r.id, r.session, r.platform, r.botID, r.chatKind, r.chatID, r.messageID,
 		r.seq, r.senderID, r.senderName, r.eventTime, r.text, r.payload, string(r.direction), r.recalledAt,
-		r.searchTokens, r.searchSID).Scan(&r.rowid, &r.recalled)
+		r.searchTokens, r.searchSID).Scan(&r.rowid, &r.recalled); err != nil {
+		return err
+	}
+	// The row may be in the tail, and may have moved to r.session.
+	tx.w.tail.list(r.session, r.rowid)
+	return nil
 }

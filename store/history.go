@@ -64,12 +64,33 @@ func (d *DB) Append(ctx context.Context, e memory.Entry) error {
 	return nil
 }
 
-// sqlRecent reads a session's newest entries, newest first on the
-// (session_key, event_time) index (reversed in Go: no sort, so no temporary
-// B-tree).
-const sqlRecent = `
-SELECT id, direction, payload, recalled_at, event_time, rowid FROM message_events WHERE session_key = ?
-ORDER BY event_time DESC, rowid DESC LIMIT ?`
+// sqlRecent reads a session's newest entries, newest first (reversed in
+// Go): the newest ?2 of the session's timeline, and the session's rows in
+// the timeline's tail (see timeline.go), sorted together. The tail's rows
+// are looked up by rowid among those listed in ?3 (a JSON array, see
+// tailCounter); sqlRecentScan finds them by scanning the tail instead.
+const (
+	sqlRecent = `
+SELECT id, direction, payload, recalled_at, event_time, rid FROM (
+    SELECT id, direction, payload, recalled_at, event_time, rowid AS rid FROM message_events
+    WHERE rowid IN (SELECT rid FROM message_timeline WHERE session_key = ?1 ORDER BY event_time DESC, rid DESC LIMIT ?2)
+    UNION ALL
+    SELECT id, direction, payload, recalled_at, event_time, rowid FROM message_events
+    WHERE rowid IN (SELECT value FROM json_each(?3)) AND ` + sqlTailFrom + ` AND session_key = ?1)
+ORDER BY event_time DESC, rid DESC LIMIT ?2`
+	sqlRecentScan = `
+SELECT id, direction, payload, recalled_at, event_time, rid FROM (
+    SELECT id, direction, payload, recalled_at, event_time, rowid AS rid FROM message_events
+    WHERE rowid IN (SELECT rid FROM message_timeline WHERE session_key = ?1 ORDER BY event_time DESC, rid DESC LIMIT ?2)
+    UNION ALL
+    SELECT id, direction, payload, recalled_at, event_time, rowid FROM message_events
+    WHERE ` + sqlTailFrom + ` AND session_key = ?1)
+ORDER BY event_time DESC, rid DESC LIMIT ?2`
+)
+
+// recentTries is how many times recentRows reads by the listed rowids
+// before it scans the tail.
+const recentTries = 3
 
 // Recent implements memory.History: the newest limit entries of the session,
 // returned oldest first (by event time, then insertion order). limit ≤ 0
@@ -101,12 +122,35 @@ func (d *DB) Recent(ctx context.Context, sessionKey string, limit int) ([]memory
 
 // recentRows reads the newest limit rows of the session from SQL, oldest
 // first.
+//
+// The session's rows in the timeline's tail are read by the rowids this
+// handle listed for it (tailCounter). The writer lists a row before its
+// transaction commits, so when the session's list version is the same
+// after the query as before it, every row of the session that the query's
+// snapshot holds was listed. Otherwise the read is repeated, and after
+// recentTries it scans the tail instead. Rows another handle wrote are
+// seen once that handle flushed them into the timeline.
 func (d *DB) recentRows(ctx context.Context, sessionKey string, limit int) ([]histEntry, error) {
 	stmt, err := d.events.recentStmt(ctx, d.rdb)
 	if err != nil {
 		return nil, fmt.Errorf("store: recent %s: %w", sessionKey, err)
 	}
-	rows, err := stmt.QueryContext(ctx, sessionKey, limit)
+	for try := 1; ; try++ {
+		if try > recentTries {
+			rows, err := d.rdb.QueryContext(ctx, sqlRecentScan, sessionKey, limit)
+			return d.scanRecent(sessionKey, limit, rows, err)
+		}
+		listed, ver := d.w.tail.session(sessionKey)
+		rows, err := stmt.QueryContext(ctx, sessionKey, limit, listed)
+		out, err := d.scanRecent(sessionKey, limit, rows, err)
+		if err != nil || d.w.tail.version(sessionKey) == ver {
+			return out, err
+		}
+	}
+}
+
+// scanRecent reads the rows of a Recent query, oldest first.
+func (d *DB) scanRecent(sessionKey string, limit int, rows *sql.Rows, err error) ([]histEntry, error) {
 	if err != nil {
 		return nil, fmt.Errorf("store: recent %s: %w", sessionKey, err)
 	}

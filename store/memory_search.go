@@ -89,10 +89,19 @@ const (
 SELECT docid, matchinfo(message_search, 'pcnx') FROM message_search
 WHERE message_search MATCH ?1 AND message_search.search_sid = ?2 AND docid >= ?3`
 	// sqlSearchFloor finds the rowid below which a session's history is
-	// older than its newest searchWindow messages.
+	// older than its newest searchWindow messages. The session's rows in
+	// the timeline's tail (see timeline.go) count as its newest: the floor
+	// is found among them when they are more than the window, else counted
+	// off the timeline past them. (The tail's rows are the newest but for
+	// older messages stored late, by a backfill: those can move the
+	// window's edge by at most their number.)
 	sqlSearchFloor = `
-SELECT rowid FROM message_events INDEXED BY message_events_session_time
-WHERE session_key = ?1 ORDER BY event_time DESC LIMIT 1 OFFSET ?2`
+SELECT floor FROM (SELECT coalesce(
+    (SELECT rowid FROM message_events WHERE ` + sqlTailFrom + ` AND session_key = ?1
+        ORDER BY event_time DESC, rowid DESC LIMIT 1 OFFSET ?2),
+    (SELECT rid FROM message_timeline WHERE session_key = ?1 ORDER BY event_time DESC, rid DESC LIMIT 1
+        OFFSET max(0, ?2 - (SELECT count(*) FROM message_events WHERE ` + sqlTailFrom + ` AND session_key = ?1)))
+) AS floor) WHERE floor IS NOT NULL`
 	sqlSearchRows = `
 SELECT m.rowid, m.id, m.platform, m.sender_id, m.sender_name, m.direction, m.event_time, m.text
 FROM json_each(?1) j CROSS JOIN message_events m ON m.rowid = j.value
@@ -275,6 +284,39 @@ func (d *DB) Message(ctx context.Context, key string) (memory.Message, error) {
 	return m, nil
 }
 
+// The session history reads of the summary store. Each reads the session's
+// timeline in order (see timeline.go) and sorts the session's rows in the
+// timeline's tail in with it, in one statement.
+const (
+	// sqlMessagesBefore: the newest ?4 shown rows before (?2, ?3).
+	sqlMessagesBefore = `SELECT ` + messageCols + ` FROM (
+    SELECT * FROM (SELECT m.* FROM message_timeline t CROSS JOIN message_events m ON m.rowid = t.rid
+        WHERE t.session_key = ?1 AND t.event_time <= ?2 AND m.direction <> 'notice' AND m.recalled_at IS NULL
+            AND (t.event_time < ?2 OR (t.event_time = ?2 AND m.id < ?3))
+        ORDER BY t.event_time DESC, m.id DESC LIMIT ?4)
+    UNION ALL
+    SELECT * FROM message_events WHERE ` + sqlTailFrom + ` AND session_key = ?1
+        AND direction <> 'notice' AND recalled_at IS NULL AND (event_time < ?2 OR (event_time = ?2 AND id < ?3)))
+ORDER BY event_time DESC, id DESC LIMIT ?4`
+	// sqlMessagesAfter: the oldest ?4 rows after (?2, ?3), notices left out.
+	sqlMessagesAfter = `SELECT ` + messageCols + ` FROM (
+    SELECT * FROM (SELECT m.* FROM message_timeline t CROSS JOIN message_events m ON m.rowid = t.rid
+        WHERE t.session_key = ?1 AND t.event_time >= ?2 AND m.direction <> 'notice'
+            AND (t.event_time > ?2 OR (t.event_time = ?2 AND m.id > ?3))
+        ORDER BY t.event_time, m.id LIMIT ?4)
+    UNION ALL
+    SELECT * FROM message_events WHERE ` + sqlTailFrom + ` AND session_key = ?1
+        AND direction <> 'notice' AND (event_time > ?2 OR (event_time = ?2 AND id > ?3)))
+ORDER BY event_time, id LIMIT ?4`
+	// sqlCountAfter counts the rows after (?2, ?3), notices left out.
+	sqlCountAfter = `SELECT
+    (SELECT count(*) FROM message_timeline t CROSS JOIN message_events m ON m.rowid = t.rid
+        WHERE t.session_key = ?1 AND t.event_time >= ?2 AND m.direction <> 'notice'
+            AND (t.event_time > ?2 OR m.id > ?3))
+    + (SELECT count(*) FROM message_events WHERE ` + sqlTailFrom + ` AND session_key = ?1
+        AND direction <> 'notice' AND (event_time > ?2 OR (event_time = ?2 AND id > ?3)))`
+)
+
 // MessagesBefore implements memory.HistorySearch: chat messages (no
 // notices, no recalled messages) of the session before the watermark in
 // (event time, key) order, the newest limit of them, oldest first.
@@ -283,10 +325,7 @@ func (d *DB) MessagesBefore(ctx context.Context, sessionKey string, before memor
 		return nil, nil
 	}
 	t := ms(before.Time)
-	out, err := d.queryMessages(ctx, `SELECT `+messageCols+` FROM message_events
-WHERE session_key = ?1 AND direction <> 'notice' AND recalled_at IS NULL
-    AND (event_time < ?2 OR (event_time = ?2 AND id < ?3))
-ORDER BY event_time DESC, id DESC LIMIT ?4`, sessionKey, t, before.Key, limit)
+	out, err := d.queryMessages(ctx, sqlMessagesBefore, sessionKey, t, before.Key, limit)
 	if err != nil {
 		return nil, fmt.Errorf("store: messages before: %w", err)
 	}
@@ -303,10 +342,7 @@ func (d *DB) MessagesAfter(ctx context.Context, sessionKey string, after memory.
 	if !after.IsZero() {
 		t = ms(after.Time)
 	}
-	out, err := d.queryMessages(ctx, `SELECT `+messageCols+` FROM message_events
-WHERE session_key = ?1 AND direction <> 'notice'
-    AND (event_time > ?2 OR (event_time = ?2 AND id > ?3))
-ORDER BY event_time, id LIMIT ?4`, sessionKey, t, after.Key, limit)
+	out, err := d.queryMessages(ctx, sqlMessagesAfter, sessionKey, t, after.Key, limit)
 	if err != nil {
 		return nil, fmt.Errorf("store: messages after: %w", err)
 	}
@@ -320,9 +356,7 @@ func (d *DB) CountAfter(ctx context.Context, sessionKey string, after memory.Wat
 		t = ms(after.Time)
 	}
 	var n int
-	err := d.rdb.QueryRowContext(ctx, `SELECT count(*) FROM message_events
-WHERE session_key = ?1 AND direction <> 'notice'
-    AND (event_time > ?2 OR (event_time = ?2 AND id > ?3))`, sessionKey, t, after.Key).Scan(&n)
+	err := d.rdb.QueryRowContext(ctx, sqlCountAfter, sessionKey, t, after.Key).Scan(&n)
 	if err != nil {
 		return 0, fmt.Errorf("store: count after: %w", err)
 	}

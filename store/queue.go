@@ -914,10 +914,10 @@ func (d *DB) Records(ctx context.Context, q RecordQuery) ([]inbound.Record, erro
 		args  []any
 	)
 	if q.SessionKey != "" {
-		// Found through the transcript's session index (every item has its
-		// transcript row under the same id and session).
-		where = append(where, "i.rid IN (SELECT rowid FROM message_events WHERE session_key = ?) AND i.session_key = ?")
-		args = append(args, q.SessionKey, q.SessionKey)
+		// Found through the transcript's session timeline (every item has
+		// its transcript row under the same id and session).
+		where = append(where, "i.rid IN ("+strings.ReplaceAll(sqlSessionRowids, "?1", "?")+") AND i.session_key = ?")
+		args = append(args, q.SessionKey, q.SessionKey, q.SessionKey)
 	}
 	// A soft lease (see Claim) is not in the row: a pending or leased item
 	// may be either, so both are read and told apart after the overlay.

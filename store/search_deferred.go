@@ -108,10 +108,16 @@ func (d *DB) tokenizeSessions(ctx context.Context, sessions []string) error {
 	if err != nil {
 		return err
 	}
+	// The sessions' rows: through their timeline, and in the timeline's
+	// tail (see timeline.go).
 	rs, err := d.rdb.QueryContext(ctx, `SELECT m.rowid, m.text, m.sender_name, m.direction
 FROM message_events m JOIN search_untokenized u
     ON m.rowid >= u.from_rowid AND (u.to_rowid IS NULL OR m.rowid < u.to_rowid)
-WHERE m.session_key IN (SELECT value FROM json_each(?1)) AND m.search_tokens = '' AND m.direction != 'notice'`,
+WHERE m.rowid IN (
+        SELECT t.rid FROM json_each(?1) s CROSS JOIN message_timeline t ON t.session_key = s.value
+        UNION ALL
+        SELECT rowid FROM message_events WHERE `+sqlTailFrom+` AND session_key IN (SELECT value FROM json_each(?1)))
+    AND m.search_tokens = '' AND m.direction != 'notice'`,
 		string(js))
 	if err != nil {
 		return err

@@ -82,7 +82,9 @@ func (d *DB) stopSearchIndexer() {
 			d.ix.cancel()
 		}
 	})
-	<-d.ix.stopped
+	if d.ix.stopped != nil { // nil: Open failed before starting it
+		<-d.ix.stopped
+	}
 }
 
 // kickSearchIndex wakes the background indexer after a write that queued a

@@ -121,6 +121,9 @@ type Options struct {
 	// less.
 	DeferSearch bool
 
+	// noTimelineFlusher leaves the timeline flusher off (tests that flush
+	// the timeline themselves, see timeline.go).
+	noTimelineFlusher bool
 	// directWrites disables group commit: every write runs in its own
 	// transaction on the caller's goroutine. Only the benchmarks set it, to
 	// compare both designs.
@@ -148,6 +151,9 @@ type DB struct {
 	sched *sched
 	// ix indexes history rows for search in the background.
 	ix searchIndexer
+	// tl moves new transcript rows into the session timeline (see
+	// timeline.go).
+	tl timelineFlusher
 	// deferTokens: new history rows are stored untokenized (no search
 	// indexer, see search_deferred.go); untokenized: some rows may be.
 	deferTokens bool
@@ -289,6 +295,10 @@ PRAGMA automatic_index = OFF`); err != nil {
 		_ = d.Close()
 		return nil, fmt.Errorf("store: open %s: %w", path, err)
 	}
+	if err := d.startTimelineFlusher(ctx, opts.noTimelineFlusher); err != nil {
+		_ = d.Close()
+		return nil, fmt.Errorf("store: open %s: %w", path, err)
+	}
 	d.startSearchIndexer(opts.NoSearchIndexer)
 	if err := d.reload(ctx); err != nil {
 		_ = d.Close()
@@ -314,6 +324,7 @@ func (d *DB) Path() string { return d.path }
 // afterwards.
 func (d *DB) Close() error {
 	d.stopSearchIndexer()
+	d.stopTimelineFlusher()
 	// Leases granted in memory only reach the file, so that the next handle
 	// honours them (see Claim).
 	softErr := d.writeSoftLeases(context.Background())

@@ -77,6 +77,10 @@ type writer struct {
 	// nanoseconds spent running batches (see WriterStats).
 	batches, batchedOps, busy atomic.Int64
 
+	// tail counts the transcript rows not yet in the timeline (see
+	// timeline.go).
+	tail *tailCounter
+
 	ops      chan *writeOp
 	quit     chan struct{}
 	stopped  chan struct{}
@@ -95,6 +99,7 @@ func newWriter(conn *sql.Conn, log *slog.Logger, direct bool, delay time.Duratio
 		log:     log,
 		direct:  direct,
 		stmts:   map[string]driverStmt{},
+		tail:    newTailCounter(),
 		ops:     make(chan *writeOp),
 		quit:    make(chan struct{}),
 		stopped: make(chan struct{}),

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"fmt"
@@ -64,28 +65,31 @@ func (d *DB) Append(ctx context.Context, e memory.Entry) error {
 	return nil
 }
 
-// sqlRecent reads a session's newest entries, newest first (reversed in
-// Go): the newest ?2 of the session's timeline, and the session's rows in
-// the timeline's tail (see timeline.go), sorted together. The tail's rows
-// are looked up by rowid among those listed in ?3 (a JSON array, see
-// tailCounter); sqlRecentScan finds them by scanning the tail instead.
+// sqlRecent reads a session's newest entries, in no particular order
+// (recentRows sorts them): the newest ?2 of the session's timeline and the
+// session's rows in the timeline's tail (see timeline.go) are sorted
+// together by key alone, and only the newest ?2 keys' rows are read. The
+// tail's rows are looked up by rowid among those listed in ?3 (a JSON
+// array, see tailCounter); sqlRecentScan finds them by scanning the tail
+// instead.
 const (
 	sqlRecent = `
-SELECT id, direction, payload, recalled_at, event_time, rid FROM (
-    SELECT id, direction, payload, recalled_at, event_time, rowid AS rid FROM message_events
-    WHERE rowid IN (SELECT rid FROM message_timeline WHERE session_key = ?1 ORDER BY event_time DESC, rid DESC LIMIT ?2)
+SELECT m.id, m.direction, m.payload, m.recalled_at, m.event_time, m.rowid FROM (
+    SELECT * FROM (SELECT event_time, rid FROM message_timeline WHERE session_key = ?1
+        ORDER BY event_time DESC, rid DESC LIMIT ?2)
     UNION ALL
-    SELECT id, direction, payload, recalled_at, event_time, rowid FROM message_events
-    WHERE rowid IN (SELECT value FROM json_each(?3)) AND ` + sqlTailFrom + ` AND session_key = ?1)
-ORDER BY event_time DESC, rid DESC LIMIT ?2`
+    SELECT event_time, rowid FROM message_events
+    WHERE rowid IN (SELECT value FROM json_each(?3)) AND ` + sqlTailFrom + ` AND session_key = ?1
+    ORDER BY 1 DESC, 2 DESC LIMIT ?2) k
+CROSS JOIN message_events m ON m.rowid = k.rid`
 	sqlRecentScan = `
-SELECT id, direction, payload, recalled_at, event_time, rid FROM (
-    SELECT id, direction, payload, recalled_at, event_time, rowid AS rid FROM message_events
-    WHERE rowid IN (SELECT rid FROM message_timeline WHERE session_key = ?1 ORDER BY event_time DESC, rid DESC LIMIT ?2)
+SELECT m.id, m.direction, m.payload, m.recalled_at, m.event_time, m.rowid FROM (
+    SELECT * FROM (SELECT event_time, rid FROM message_timeline WHERE session_key = ?1
+        ORDER BY event_time DESC, rid DESC LIMIT ?2)
     UNION ALL
-    SELECT id, direction, payload, recalled_at, event_time, rowid FROM message_events
-    WHERE ` + sqlTailFrom + ` AND session_key = ?1)
-ORDER BY event_time DESC, rid DESC LIMIT ?2`
+    SELECT event_time, rowid FROM message_events WHERE ` + sqlTailFrom + ` AND session_key = ?1
+    ORDER BY 1 DESC, 2 DESC LIMIT ?2) k
+CROSS JOIN message_events m ON m.rowid = k.rid`
 )
 
 // recentTries is how many times recentRows reads by the listed rowids
@@ -179,7 +183,12 @@ func (d *DB) scanRecent(sessionKey string, limit int, rows *sql.Rows, err error)
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("store: recent %s: %w", sessionKey, err)
 	}
-	slices.Reverse(out)
+	slices.SortFunc(out, func(a, b histEntry) int {
+		if c := cmp.Compare(a.t, b.t); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.rowid, b.rowid)
+	})
 	return out, nil
 }
 

@@ -80,6 +80,8 @@ type writer struct {
 	// tail counts the transcript rows not yet in the timeline (see
 	// timeline.go).
 	tail *tailCounter
+	// args is the argument buffer of wtx.exec (writer goroutine only).
+	args []driver.NamedValue
 
 	ops      chan *writeOp
 	quit     chan struct{}
@@ -502,11 +504,17 @@ func (t wtx) exec(q string, args ...any) (sql.Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	nv, err := namedArgs(args)
+	// The driver binds (copies) the arguments before ExecContext returns,
+	// and only the writer's goroutine runs statements: one buffer serves
+	// every statement.
+	nv, err := appendNamedArgs(t.w.args, args)
 	if err != nil {
 		return nil, err
 	}
-	return s.ExecContext(context.Background(), nv)
+	t.w.args = nv
+	res, err := s.ExecContext(context.Background(), nv)
+	clear(nv)
+	return res, err
 }
 
 func (t wtx) query(q string, args ...any) (*wrows, error) {

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"time"
 )
@@ -67,7 +68,12 @@ func (w *writer) closeStmts() {
 // namedArgs converts statement arguments to driver values, numbered from
 // 1 like ?NNN parameters.
 func namedArgs(args []any) ([]driver.NamedValue, error) {
-	out := make([]driver.NamedValue, len(args))
+	return appendNamedArgs(make([]driver.NamedValue, 0, len(args)), args)
+}
+
+// appendNamedArgs is namedArgs into buf's storage (from its start).
+func appendNamedArgs(buf []driver.NamedValue, args []any) ([]driver.NamedValue, error) {
+	out := slices.Grow(buf[:0], len(args))[:len(args)]
 	for i, a := range args {
 		v, err := driverValue(a)
 		if err != nil {

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math"
 	"slices"
-	"sync"
 	"time"
 )
 
@@ -50,42 +49,25 @@ const (
 // searchIndexer is the background goroutine that indexes queued history
 // rows.
 type searchIndexer struct {
-	kick     chan struct{}
-	cancel   context.CancelFunc
-	stopped  chan struct{}
-	stopOnce sync.Once
+	background
+	kick chan struct{}
 }
 
 // startSearchIndexer starts the background indexer (unless disabled, for
 // tests and benchmarks). A first pass picks up rows left queued by the
 // previous run.
 func (d *DB) startSearchIndexer(disabled bool) {
-	ix := &d.ix
-	ix.kick = make(chan struct{}, 1)
-	ix.stopped = make(chan struct{})
-	if disabled {
-		close(ix.stopped)
-		return
+	d.ix.kick = make(chan struct{}, 1)
+	if !disabled {
+		d.ix.kick <- struct{}{}
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	ix.cancel = cancel
-	ix.kick <- struct{}{}
-	go d.searchIndexLoop(ctx)
+	d.ix.start(disabled, d.searchIndexLoop)
 }
 
 // stopSearchIndexer stops the background indexer and waits for it: a pass
 // in progress ends with its write operation committed or not started. Later
 // calls do nothing.
-func (d *DB) stopSearchIndexer() {
-	d.ix.stopOnce.Do(func() {
-		if d.ix.cancel != nil {
-			d.ix.cancel()
-		}
-	})
-	if d.ix.stopped != nil { // nil: Open failed before starting it
-		<-d.ix.stopped
-	}
-}
+func (d *DB) stopSearchIndexer() { d.ix.stop() }
 
 // kickSearchIndex wakes the background indexer after a write that queued a
 // row. It never blocks.
@@ -97,7 +79,6 @@ func (d *DB) kickSearchIndex() {
 }
 
 func (d *DB) searchIndexLoop(ctx context.Context) {
-	defer close(d.ix.stopped)
 	poll := time.NewTicker(searchIndexPoll)
 	defer poll.Stop()
 	delay := time.NewTimer(searchIndexDelay)
@@ -236,7 +217,7 @@ func (d *DB) catchUpSearchIndex(ctx context.Context, sessions []string) error {
 	// With the background indexer off nothing else indexes these rows:
 	// catch up completely.
 	batches := searchCatchUpBatches
-	if d.ix.cancel == nil {
+	if !d.ix.running() {
 		batches = math.MaxInt
 	}
 	for range batches {

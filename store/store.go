@@ -153,7 +153,7 @@ type DB struct {
 	ix searchIndexer
 	// tl moves new transcript rows into the session timeline (see
 	// timeline.go).
-	tl timelineFlusher
+	tl background
 	// deferTokens: new history rows are stored untokenized (no search
 	// indexer, see search_deferred.go); untokenized: some rows may be.
 	deferTokens bool

@@ -56,14 +56,6 @@ SET through = max(through, (SELECT coalesce(max(rowid), 0) FROM message_events))
 	sqlTailSize = `SELECT count(*) FROM message_events WHERE ` + sqlTailFrom
 )
 
-// timelineFlusher is the background goroutine that moves the tail into the
-// timeline.
-type timelineFlusher struct {
-	cancel   context.CancelFunc
-	stopped  chan struct{}
-	stopOnce sync.Once
-}
-
 // tailCounter counts the transcript rows inserted since the last flush (an
 // estimate of the tail's size: it decides when to flush, nothing else),
 // wakes the flusher when the tail is full, and lists the tail's rows per
@@ -169,20 +161,12 @@ func (c *tailCounter) version(session string) uint64 {
 // startTimelineFlusher starts the flusher (unless disabled, for tests that
 // flush themselves). A tail left by an earlier handle is flushed first.
 func (d *DB) startTimelineFlusher(ctx context.Context, disabled bool) error {
-	d.tl.stopped = make(chan struct{})
 	n, err := d.listTail(ctx)
 	if err != nil {
-		close(d.tl.stopped)
 		return fmt.Errorf("timeline tail: %w", err)
 	}
 	d.w.tail.rows.Store(n)
-	if disabled {
-		close(d.tl.stopped)
-		return nil
-	}
-	lctx, cancel := context.WithCancel(context.Background())
-	d.tl.cancel = cancel
-	go d.timelineLoop(lctx)
+	d.tl.start(disabled, d.timelineLoop)
 	return nil
 }
 
@@ -211,19 +195,9 @@ func (d *DB) listTail(ctx context.Context) (int64, error) {
 
 // stopTimelineFlusher stops the flusher and waits for it: a flush in
 // progress ends committed or not started. Later calls do nothing.
-func (d *DB) stopTimelineFlusher() {
-	d.tl.stopOnce.Do(func() {
-		if d.tl.cancel != nil {
-			d.tl.cancel()
-		}
-	})
-	if d.tl.stopped != nil { // nil: Open failed before starting it
-		<-d.tl.stopped
-	}
-}
+func (d *DB) stopTimelineFlusher() { d.tl.stop() }
 
 func (d *DB) timelineLoop(ctx context.Context) {
-	defer close(d.tl.stopped)
 	tick := time.NewTicker(timelineFlushEvery)
 	defer tick.Stop()
 	for {

@@ -56,10 +56,10 @@ SET through = max(through, (SELECT coalesce(max(rowid), 0) FROM message_events))
 	sqlTailSize = `SELECT count(*) FROM message_events WHERE ` + sqlTailFrom
 )
 
-// tailCounter counts the transcript rows inserted since the last flush (an
-// estimate of the tail's size: it decides when to flush, nothing else),
-// wakes the flusher when the tail is full, and lists the tail's rows per
-// session (see tailRows).
+// tailCounter counts the transcript rows inserted since the last flush
+// (the tail's size as this handle knows it: it decides when to flush,
+// nothing else), wakes the flusher when the tail is full, and lists the
+// tail's rows per session (see DB.recentRows).
 type tailCounter struct {
 	rows atomic.Int64
 	full chan struct{}
@@ -159,13 +159,17 @@ func (c *tailCounter) version(session string) uint64 {
 }
 
 // startTimelineFlusher starts the flusher (unless disabled, for tests that
-// flush themselves). A tail left by an earlier handle is flushed first.
+// flush themselves). A tail left by an earlier handle is listed, and
+// flushed first.
 func (d *DB) startTimelineFlusher(ctx context.Context, disabled bool) error {
 	n, err := d.listTail(ctx)
 	if err != nil {
 		return fmt.Errorf("timeline tail: %w", err)
 	}
 	d.w.tail.rows.Store(n)
+	if n > 0 {
+		d.w.tail.full <- struct{}{} // the channel is new: never blocks
+	}
 	d.tl.start(disabled, d.timelineLoop)
 	return nil
 }
@@ -218,20 +222,24 @@ func (d *DB) timelineLoop(ctx context.Context) {
 }
 
 // flushTimeline moves the tail into the timeline in one write operation.
-// Once it committed, the moved rows are no longer listed.
+// Once it committed, the moved rows are no longer listed and no longer
+// counted; if it fails, they still are.
 func (d *DB) flushTimeline(ctx context.Context) error {
-	var through int64
-	return d.writeThen(ctx, func(tx wtx) error {
-		res, err := tx.exec(sqlFlushTimeline)
-		if err != nil {
+	var through, counted int64
+	err := d.writeThen(ctx, func(tx wtx) error {
+		if _, err := tx.exec(sqlFlushTimeline); err != nil {
 			return err
 		}
 		if err := tx.queryRow(sqlFlushTimelineMark).Scan(&through); err != nil {
 			return err
 		}
-		if d.w.tail.rows.Add(-affected(res)) < 0 {
-			d.w.tail.rows.Store(0) // rows another handle wrote
-		}
+		// The writer's goroutine runs this: every row counted so far is
+		// in this transaction or committed before it, so in the flush.
+		counted = d.w.tail.rows.Swap(0)
 		return nil
 	}, func() { d.w.tail.cut(through) })
+	if err != nil {
+		d.w.tail.rows.Add(counted)
+	}
+	return err
 }

@@ -226,20 +226,27 @@ func TestTimelineFlusher(t *testing.T) {
 	insert(d, 10, 0)
 	require.NoError(t, d.Close())
 
-	d, err = Open(path, Options{})
+	// A second handle lists the tail the first left.
+	d, err = Open(path, Options{noTimelineFlusher: true})
 	require.NoError(t, err)
-	defer func() { require.NoError(t, d.Close()) }()
 	require.Equal(t, int64(10), d.w.tail.rows.Load(), "the tail left by the last handle is counted")
 	for chat := range 7 {
 		got, want := readSession(t, d, timelineEvent(fmt.Sprint(chat), "x", 0).SessionKey)
 		require.Equal(t, want, got, "the tail left by the last handle is listed")
 	}
-	insert(d, timelineFlushRows, 10)
-	waitTail := func() bool {
+	require.NoError(t, d.Close())
+
+	// A third, with its flusher, flushes that tail, then a full one.
+	d, err = Open(path, Options{})
+	require.NoError(t, err)
+	defer func() { require.NoError(t, d.Close()) }()
+	tailEmpty := func() bool {
 		var n int
 		return d.rdb.QueryRowContext(ctx, sqlTailSize).Scan(&n) == nil && n == 0
 	}
-	require.Eventually(t, waitTail, 10*time.Second, 5*time.Millisecond)
+	require.Eventually(t, tailEmpty, 10*time.Second, 5*time.Millisecond)
+	insert(d, timelineFlushRows, 10)
+	require.Eventually(t, tailEmpty, 10*time.Second, 5*time.Millisecond)
 	var entries int
 	require.NoError(t, d.rdb.QueryRowContext(ctx, `SELECT count(*) FROM message_timeline`).Scan(&entries))
 	require.Equal(t, timelineFlushRows+10, entries)

@@ -135,11 +135,10 @@
 // Besides the claim index, a DB keeps in memory the newest transcript
 // entries of the sessions [DB.Recent] read lately (up to 512 per session,
 // 131,072 in all, ≈ 50–60 MB when full, the least recently read sessions
-// dropped first), so that
-// the history read of every turn seldom reaches SQL. The cache is filled by
-// Recent's own SQL reads and kept exact by this DB's writes, applied after
-// they commit. Like the claim index, it does not see rows written to the
-// file by another DB handle or process (one process owns a store file), nor
-// rowids renumbered by a VACUUM run from outside: reopen the DB after
-// either.
+// dropped first), so that the history read of every turn seldom reaches
+// SQL. The cache is filled by Recent's own SQL reads and kept exact by this
+// DB's writes, applied after they commit. Like the claim index, it does not
+// see rows written to the file by another DB handle or process (one process
+// owns a store file), nor rowids renumbered by a VACUUM run from outside:
+// reopen the DB after either.
 package store

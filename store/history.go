@@ -72,25 +72,23 @@ func (d *DB) Append(ctx context.Context, e memory.Entry) error {
 // tail's rows are looked up by rowid among those listed in ?3 (a JSON
 // array, see tailCounter); sqlRecentScan finds them by scanning the tail
 // instead.
-const (
-	sqlRecent = `
-SELECT m.id, m.direction, m.payload, m.recalled_at, m.event_time, m.rowid FROM (
-    SELECT * FROM (SELECT event_time, rid FROM message_timeline WHERE session_key = ?1
-        ORDER BY event_time DESC, rid DESC LIMIT ?2)
-    UNION ALL
-    SELECT event_time, rowid FROM message_events
-    WHERE rowid IN (SELECT value FROM json_each(?3)) AND ` + sqlTailFrom + ` AND session_key = ?1
-    ORDER BY 1 DESC, 2 DESC LIMIT ?2) k
-CROSS JOIN message_events m ON m.rowid = k.rid`
-	sqlRecentScan = `
-SELECT m.id, m.direction, m.payload, m.recalled_at, m.event_time, m.rowid FROM (
-    SELECT * FROM (SELECT event_time, rid FROM message_timeline WHERE session_key = ?1
-        ORDER BY event_time DESC, rid DESC LIMIT ?2)
-    UNION ALL
-    SELECT event_time, rowid FROM message_events WHERE ` + sqlTailFrom + ` AND session_key = ?1
-    ORDER BY 1 DESC, 2 DESC LIMIT ?2) k
-CROSS JOIN message_events m ON m.rowid = k.rid`
+var (
+	sqlRecent     = recentSQL(`rowid IN (SELECT value FROM json_each(?3)) AND `)
+	sqlRecentScan = recentSQL("")
 )
+
+// recentSQL is sqlRecent with listed (a condition on the tail's rowids,
+// ending in AND, or nothing) in its tail arm.
+func recentSQL(listed string) string {
+	return `
+SELECT m.id, m.direction, m.payload, m.recalled_at, m.event_time, m.rowid FROM (
+    SELECT * FROM (SELECT event_time, rid FROM message_timeline WHERE session_key = ?1
+        ORDER BY event_time DESC, rid DESC LIMIT ?2)
+    UNION ALL
+    SELECT event_time, rowid FROM message_events WHERE ` + listed + sqlTailFrom + ` AND session_key = ?1
+    ORDER BY 1 DESC, 2 DESC LIMIT ?2) k
+CROSS JOIN message_events m ON m.rowid = k.rid`
+}
 
 // recentTries is how many times recentRows reads by the listed rowids
 // before it scans the tail.

@@ -916,7 +916,7 @@ func (d *DB) Records(ctx context.Context, q RecordQuery) ([]inbound.Record, erro
 	if q.SessionKey != "" {
 		// Found through the transcript's session timeline (every item has
 		// its transcript row under the same id and session).
-		where = append(where, "i.rid IN ("+strings.ReplaceAll(sqlSessionRowids, "?1", "?")+") AND i.session_key = ?")
+		where = append(where, "i.rid IN ("+sqlSessionRowids+") AND i.session_key = ?")
 		args = append(args, q.SessionKey, q.SessionKey, q.SessionKey)
 	}
 	// A soft lease (see Claim) is not in the row: a pending or leased item

@@ -40,10 +40,11 @@ const (
 // rows that have no timeline entry yet.
 const sqlTailFrom = `rowid > (SELECT through FROM message_timeline_mark)`
 
-// sqlSessionRowids selects the rowids of session ?1's transcript rows.
-const sqlSessionRowids = `SELECT rid FROM message_timeline WHERE session_key = ?1
+// sqlSessionRowids selects the rowids of a session's transcript rows; it
+// takes the session key twice, as positional parameters.
+const sqlSessionRowids = `SELECT rid FROM message_timeline WHERE session_key = ?
 UNION ALL
-SELECT rowid FROM message_events WHERE ` + sqlTailFrom + ` AND session_key = ?1`
+SELECT rowid FROM message_events WHERE ` + sqlTailFrom + ` AND session_key = ?`
 
 // sqlFlushTimeline moves the tail into the timeline, sorted so that each
 // session's entries go in together, then moves the mark past it.
@@ -53,7 +54,6 @@ SELECT session_key, event_time, rowid FROM message_events WHERE ` + sqlTailFrom 
 ORDER BY session_key, event_time, rowid`
 	sqlFlushTimelineMark = `UPDATE message_timeline_mark
 SET through = max(through, (SELECT coalesce(max(rowid), 0) FROM message_events)) RETURNING through`
-	sqlTailSize = `SELECT count(*) FROM message_events WHERE ` + sqlTailFrom
 )
 
 // tailCounter counts the transcript rows inserted since the last flush

@@ -20,6 +20,9 @@ import (
 // noFlusher opens a store whose timeline the test flushes itself.
 func noFlusher(o *Options) { o.noTimelineFlusher = true }
 
+// sqlTailSize counts the transcript rows without a timeline entry.
+const sqlTailSize = `SELECT count(*) FROM message_events WHERE ` + sqlTailFrom
+
 // tailSize is the number of transcript rows without a timeline entry.
 func tailSize(t *testing.T, d *DB) int {
 	t.Helper()

@@ -32,7 +32,8 @@ const (
 	// timelineFlushRows is the tail size at which the flusher moves the
 	// tail into the timeline at once.
 	timelineFlushRows = 1024
-	// timelineFlushEvery is how often the flusher moves a smaller tail.
+	// timelineFlushEvery is how often the flusher moves a smaller tail (on
+	// the store's clock).
 	timelineFlushEvery = 2 * time.Second
 )
 
@@ -201,13 +202,16 @@ func (d *DB) listTail(ctx context.Context) (int64, error) {
 // progress ends committed or not started. Later calls do nothing.
 func (d *DB) stopTimelineFlusher() { d.tl.stop() }
 
+// timelineLoop flushes when the tail is full and every timelineFlushEvery
+// on the store's clock.
 func (d *DB) timelineLoop(ctx context.Context) {
-	tick := time.NewTicker(timelineFlushEvery)
-	defer tick.Stop()
+	tick := d.clk.NewTimer(timelineFlushEvery)
+	defer func() { tick.Stop() }()
 	for {
 		select {
 		case <-d.w.tail.full:
-		case <-tick.C:
+		case <-tick.C():
+			tick = d.clk.NewTimer(timelineFlushEvery)
 		case <-ctx.Done():
 			return
 		}

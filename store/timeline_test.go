@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"sync/atomic"
@@ -13,6 +14,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/personakit/persona/channel"
+	"github.com/personakit/persona/clock"
 	"github.com/personakit/persona/inbound"
 	"github.com/personakit/persona/memory"
 )
@@ -203,8 +205,10 @@ func TestTimelineReads(t *testing.T) {
 	check("a rowid below the mark reused")
 }
 
-// TestTimelineFlusher: a full tail wakes the flusher, which moves it into
-// the timeline; a store opened on a file with a tail flushes it.
+// TestTimelineFlusher: a store opened on a file with a tail flushes it at
+// once, a full tail wakes the flusher, and a smaller one is flushed every
+// timelineFlushEvery on the store's clock (a fake one here, moved only for
+// that last case, so the first two can only be the wake-ups).
 func TestTimelineFlusher(t *testing.T) {
 	t.Parallel()
 	path := filepath.Join(t.TempDir(), "persona.db")
@@ -240,7 +244,8 @@ func TestTimelineFlusher(t *testing.T) {
 	require.NoError(t, d.Close())
 
 	// A third, with its flusher, flushes that tail, then a full one.
-	d, err = Open(path, Options{})
+	clk := clock.NewFake(t0)
+	d, err = Open(path, Options{Clock: clk})
 	require.NoError(t, err)
 	defer func() { require.NoError(t, d.Close()) }()
 	tailEmpty := func() bool {
@@ -253,6 +258,37 @@ func TestTimelineFlusher(t *testing.T) {
 	var entries int
 	require.NoError(t, d.rdb.QueryRowContext(ctx, `SELECT count(*) FROM message_timeline`).Scan(&entries))
 	require.Equal(t, timelineFlushRows+10, entries)
+	require.Zero(t, d.w.tail.rows.Load())
+
+	insert(d, 3, 10+timelineFlushRows)
+	require.Equal(t, 3, tailSize(t, d))
+	clk.Advance(timelineFlushEvery)
+	require.Eventually(t, tailEmpty, 10*time.Second, 5*time.Millisecond)
+}
+
+// TestTimelineFlushForgetsRolledBackRows: a row counted by a write that
+// rolled back is not counted after the next flush, so an idle store does
+// not flush an empty tail forever.
+func TestTimelineFlushForgetsRolledBackRows(t *testing.T) {
+	t.Parallel()
+	d := open(t, nil, noFlusher)
+	ctx := t.Context()
+	failed := errors.New("the write fails after inserting")
+	err := d.write(ctx, func(tx wtx) error {
+		ev := timelineEvent("a", "1", 1)
+		r, err := newEventRow(ev.Key(), ev.SessionKey, &ev, memory.In, time.Time{}, ms(t0))
+		if err != nil {
+			return err
+		}
+		if err := upsertEvent(tx, &r, ms(t0)); err != nil {
+			return err
+		}
+		return failed
+	})
+	require.ErrorIs(t, err, failed)
+	require.Equal(t, int64(1), d.w.tail.rows.Load(), "the insert was counted before it rolled back")
+	require.Zero(t, tailSize(t, d))
+	require.NoError(t, d.flushTimeline(ctx))
 	require.Zero(t, d.w.tail.rows.Load())
 }
 

@@ -11,12 +11,17 @@ import (
 	"github.com/personakit/persona/outcome"
 )
 
+// testDraft is a one-chunk reply draft of turn "turn".
+func testDraft() outbound.Draft {
+	return outbound.Draft{TurnID: "turn", SessionKey: "s", Chat: channel.Chat{Kind: channel.Private, ID: "u"},
+		Chunks: []outbound.Chunk{{Text: "one"}}, Code: outcome.Replied}
+}
+
 func TestSaveDraftIntent(t *testing.T) {
 	t.Parallel()
 	d := open(t, clock.NewFake(t0))
 	ctx := t.Context()
-	dr := outbound.Draft{TurnID: "turn", SessionKey: "s", Chat: channel.Chat{Kind: channel.Private, ID: "u"},
-		Chunks: []outbound.Chunk{{Text: "one"}}, Code: outcome.Replied}
+	dr := testDraft()
 
 	got, intent, err := d.SaveDraftIntent(ctx, dr, "fp0")
 	require.NoError(t, err)
@@ -64,8 +69,7 @@ func TestSaveDraftFirstWins(t *testing.T) {
 	t.Parallel()
 	d := open(t, clock.NewFake(t0))
 	ctx := t.Context()
-	dr := outbound.Draft{TurnID: "turn", SessionKey: "s", Chat: channel.Chat{Kind: channel.Private, ID: "u"},
-		Chunks: []outbound.Chunk{{Text: "one"}}, Code: outcome.Replied}
+	dr := testDraft()
 	got, err := d.SaveDraft(ctx, dr)
 	require.NoError(t, err)
 	require.Equal(t, dr, got, "a new draft comes back as given")

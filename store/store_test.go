@@ -193,6 +193,16 @@ func TestClosedStore(t *testing.T) {
 	}
 }
 
+// enqueue enqueues the events as plain items, in order, failing the test on
+// an error.
+func enqueue(t testing.TB, d *DB, evs ...channel.Event) {
+	t.Helper()
+	for _, ev := range evs {
+		_, err := d.Enqueue(t.Context(), inbound.Item{Event: ev})
+		require.NoError(t, err)
+	}
+}
+
 func testEvent(kind channel.ChatKind, chat, id string, at time.Time, text string) channel.Event {
 	ev := channel.Event{
 		Platform: "test", BotID: "bot", Kind: channel.KindMessage,
@@ -237,8 +247,7 @@ func TestBadInput(t *testing.T) {
 
 	// An invalid outcome code is refused and the lease stays held.
 	ev := testEvent(channel.Group, "g", "3", t0, "x")
-	_, err = d.Enqueue(ctx, inbound.Item{Event: ev})
-	require.NoError(t, err)
+	enqueue(t, d, ev)
 	ls, err := d.Claim(ctx, inbound.Limits{Max: 1, Owner: "w"})
 	require.NoError(t, err)
 	require.Len(t, ls, 1)
@@ -265,8 +274,7 @@ func TestEnqueueWritesTranscript(t *testing.T) {
 	ctx := t.Context()
 	ev := testEvent(channel.Private, "42", "7", t0.Add(-time.Second), "hi there")
 	ev.Seq = 99
-	_, err := d.Enqueue(ctx, inbound.Item{Event: ev})
-	require.NoError(t, err)
+	enqueue(t, d, ev)
 
 	var (
 		session, platform, bot, kind, chat, mid, sender, name, text, dir string
@@ -339,8 +347,7 @@ func TestRecordsAndCounts(t *testing.T) {
 	for i := range 5 {
 		ev := testEvent(channel.Group, []string{"a", "b"}[i%2], fmt.Sprint(i), t0.Add(time.Duration(5-i)*time.Second), "m")
 		evs = append(evs, ev)
-		_, err := d.Enqueue(ctx, inbound.Item{Event: ev})
-		require.NoError(t, err)
+		enqueue(t, d, ev)
 	}
 	_, err = d.Record(ctx, inbound.Item{Event: testEvent(channel.Group, "a", "r", t0, "m")},
 		inbound.Outcome{Code: inbound.IgnoredStale})
@@ -385,8 +392,7 @@ func TestCompleteStageIsMonotone(t *testing.T) {
 	d := open(t, clk)
 	ctx := t.Context()
 	ev := testEvent(channel.Group, "g", "1", t0, "x")
-	_, err := d.Enqueue(ctx, inbound.Item{Event: ev})
-	require.NoError(t, err)
+	enqueue(t, d, ev)
 	// Simulate a stage recorded earlier (an echo that came back first).
 	require.NoError(t, d.write(ctx, func(tx wtx) error {
 		_, err := tx.exec(`UPDATE inbound_items SET delivery_stage = 'acknowledged' WHERE id = ?`, ev.Key())
@@ -655,9 +661,8 @@ func TestConcurrentReadersAndWriters(t *testing.T) {
 		wg.Go(func() {
 			for i := range 50 {
 				ev := testEvent(channel.Group, fmt.Sprint("g", w), fmt.Sprint(i), t0, "x")
-				_, err := d.Enqueue(ctx, inbound.Item{Event: ev})
-				require.NoError(t, err)
-				_, err = d.Recent(ctx, ev.SessionKey, 10)
+				enqueue(t, d, ev)
+				_, err := d.Recent(ctx, ev.SessionKey, 10)
 				require.NoError(t, err)
 			}
 		})

@@ -43,6 +43,15 @@ func timelineEvent(chat, id string, minute int) channel.Event {
 	return ev
 }
 
+// insertEvent writes ev's transcript row (direction in) inside a write.
+func insertEvent(tx wtx, ev channel.Event) error {
+	r, err := newEventRow(ev.Key(), ev.SessionKey, &ev, memory.In, time.Time{}, ms(t0))
+	if err != nil {
+		return err
+	}
+	return upsertEvent(tx, &r, ms(t0))
+}
+
 // sessionReads runs every read of a session's history: through the
 // timeline and its tail, and the same reads answered by scanning the whole
 // transcript (the oracle, which does not depend on the timeline).
@@ -218,12 +227,7 @@ func TestTimelineFlusher(t *testing.T) {
 	insert := func(d *DB, n, from int) {
 		require.NoError(t, d.write(ctx, func(tx wtx) error {
 			for i := range n {
-				ev := timelineEvent(fmt.Sprint(i%7), fmt.Sprint(from+i), i)
-				r, err := newEventRow(ev.Key(), ev.SessionKey, &ev, memory.In, time.Time{}, ms(t0))
-				if err != nil {
-					return err
-				}
-				if err := upsertEvent(tx, &r, ms(t0)); err != nil {
+				if err := insertEvent(tx, timelineEvent(fmt.Sprint(i%7), fmt.Sprint(from+i), i)); err != nil {
 					return err
 				}
 			}
@@ -275,12 +279,7 @@ func TestTimelineFlushForgetsRolledBackRows(t *testing.T) {
 	ctx := t.Context()
 	failed := errors.New("the write fails after inserting")
 	err := d.write(ctx, func(tx wtx) error {
-		ev := timelineEvent("a", "1", 1)
-		r, err := newEventRow(ev.Key(), ev.SessionKey, &ev, memory.In, time.Time{}, ms(t0))
-		if err != nil {
-			return err
-		}
-		if err := upsertEvent(tx, &r, ms(t0)); err != nil {
+		if err := insertEvent(tx, timelineEvent("a", "1", 1)); err != nil {
 			return err
 		}
 		return failed

@@ -84,7 +84,8 @@ const (
 // Options configure Open. The zero value is valid and means the defaults.
 type Options struct {
 	// Clock is the source of "now" for leases, availability and the
-	// created/updated columns (nil = clock.Real).
+	// created/updated columns, and the timer of the session timeline's
+	// periodic flush (nil = clock.Real).
 	Clock clock.Clock
 	// Logger receives migration and writer diagnostics (nil = discard).
 	Logger *slog.Logger

@@ -298,8 +298,8 @@ func TestSecondHandleLosesAtFirstWrite(t *testing.T) {
 func TestClaimWritesNothing(t *testing.T) {
 	t.Parallel()
 	clk := clock.NewFake(t0)
-	// The timeline flusher writes on its own when the fake clock reaches
-	// its period; this test counts the writer's operations.
+	// This test counts the writer's operations; the timeline flusher
+	// writes on its own.
 	d := open(t, clk, noFlusher)
 	ctx := t.Context()
 	ev := testEvent(channel.Group, "g", "m", t0, "x")

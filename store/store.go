@@ -84,8 +84,7 @@ const (
 // Options configure Open. The zero value is valid and means the defaults.
 type Options struct {
 	// Clock is the source of "now" for leases, availability and the
-	// created/updated columns, and the timer of the session timeline's
-	// periodic flush (nil = clock.Real).
+	// created/updated columns (nil = clock.Real).
 	Clock clock.Clock
 	// Logger receives migration and writer diagnostics (nil = discard).
 	Logger *slog.Logger
@@ -123,8 +122,10 @@ type Options struct {
 	DeferSearch bool
 
 	// noTimelineFlusher leaves the timeline flusher off (tests that flush
-	// the timeline themselves, see timeline.go).
+	// the timeline themselves, see timeline.go); timelineEvery replaces
+	// its period (tests).
 	noTimelineFlusher bool
+	timelineEvery     time.Duration
 	// directWrites disables group commit: every write runs in its own
 	// transaction on the caller's goroutine. Only the benchmarks set it, to
 	// compare both designs.
@@ -296,7 +297,7 @@ PRAGMA automatic_index = OFF`); err != nil {
 		_ = d.Close()
 		return nil, fmt.Errorf("store: open %s: %w", path, err)
 	}
-	if err := d.startTimelineFlusher(ctx, opts.noTimelineFlusher); err != nil {
+	if err := d.startTimelineFlusher(ctx, opts.noTimelineFlusher, opts.timelineEvery); err != nil {
 		_ = d.Close()
 		return nil, fmt.Errorf("store: open %s: %w", path, err)
 	}

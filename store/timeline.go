@@ -32,8 +32,7 @@ const (
 	// timelineFlushRows is the tail size at which the flusher moves the
 	// tail into the timeline at once.
 	timelineFlushRows = 1024
-	// timelineFlushEvery is how often the flusher moves a smaller tail (on
-	// the store's clock).
+	// timelineFlushEvery is how often the flusher moves a smaller tail.
 	timelineFlushEvery = 2 * time.Second
 )
 
@@ -160,9 +159,10 @@ func (c *tailCounter) version(session string) uint64 {
 }
 
 // startTimelineFlusher starts the flusher (unless disabled, for tests that
-// flush themselves). A tail left by an earlier handle is listed, and
+// flush themselves), flushing smaller tails every period (≤ 0:
+// timelineFlushEvery). A tail left by an earlier handle is listed, and
 // flushed first.
-func (d *DB) startTimelineFlusher(ctx context.Context, disabled bool) error {
+func (d *DB) startTimelineFlusher(ctx context.Context, disabled bool, period time.Duration) error {
 	n, err := d.listTail(ctx)
 	if err != nil {
 		return fmt.Errorf("timeline tail: %w", err)
@@ -171,7 +171,10 @@ func (d *DB) startTimelineFlusher(ctx context.Context, disabled bool) error {
 	if n > 0 {
 		d.w.tail.full <- struct{}{} // the channel is new: never blocks
 	}
-	d.tl.start(disabled, d.timelineLoop)
+	if period <= 0 {
+		period = timelineFlushEvery
+	}
+	d.tl.start(disabled, d.timelineLoop(period))
 	return nil
 }
 
@@ -202,25 +205,28 @@ func (d *DB) listTail(ctx context.Context) (int64, error) {
 // progress ends committed or not started. Later calls do nothing.
 func (d *DB) stopTimelineFlusher() { d.tl.stop() }
 
-// timelineLoop flushes when the tail is full and every timelineFlushEvery
-// on the store's clock.
-func (d *DB) timelineLoop(ctx context.Context) {
-	tick := d.clk.NewTimer(timelineFlushEvery)
-	defer func() { tick.Stop() }()
-	for {
-		select {
-		case <-d.w.tail.full:
-		case <-tick.C():
-			tick = d.clk.NewTimer(timelineFlushEvery)
-		case <-ctx.Done():
-			return
-		}
-		if d.w.tail.rows.Load() <= 0 {
-			continue
-		}
-		if err := d.flushTimeline(ctx); err != nil && ctx.Err() == nil {
-			// The tail stays readable; the next tick tries again.
-			d.log.Warn("store: timeline flush failed", "err", err)
+// timelineLoop flushes when the tail is full and every period (a real-time
+// maintenance period, like the search indexer's: it decides nothing a test
+// drives with a fake clock, whose moves must not set off writes of their
+// own).
+func (d *DB) timelineLoop(period time.Duration) func(context.Context) {
+	return func(ctx context.Context) {
+		tick := time.NewTicker(period)
+		defer tick.Stop()
+		for {
+			select {
+			case <-d.w.tail.full:
+			case <-tick.C:
+			case <-ctx.Done():
+				return
+			}
+			if d.w.tail.rows.Load() <= 0 {
+				continue
+			}
+			if err := d.flushTimeline(ctx); err != nil && ctx.Err() == nil {
+				// The tail stays readable; the next tick tries again.
+				d.log.Warn("store: timeline flush failed", "err", err)
+			}
 		}
 	}
 }

@@ -14,7 +14,6 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/personakit/persona/channel"
-	"github.com/personakit/persona/clock"
 	"github.com/personakit/persona/inbound"
 	"github.com/personakit/persona/memory"
 )
@@ -216,8 +215,7 @@ func TestTimelineReads(t *testing.T) {
 
 // TestTimelineFlusher: a store opened on a file with a tail flushes it at
 // once, a full tail wakes the flusher, and a smaller one is flushed every
-// timelineFlushEvery on the store's clock (a fake one here, moved only for
-// that last case, so the first two can only be the wake-ups).
+// period.
 func TestTimelineFlusher(t *testing.T) {
 	t.Parallel()
 	path := filepath.Join(t.TempDir(), "persona.db")
@@ -247,11 +245,10 @@ func TestTimelineFlusher(t *testing.T) {
 	}
 	require.NoError(t, d.Close())
 
-	// A third, with its flusher, flushes that tail, then a full one.
-	clk := clock.NewFake(t0)
-	d, err = Open(path, Options{Clock: clk})
+	// A third, whose flusher's period is an hour, so that only its wake-ups
+	// flush: the tail found at open, then a full one.
+	d, err = Open(path, Options{timelineEvery: time.Hour})
 	require.NoError(t, err)
-	defer func() { require.NoError(t, d.Close()) }()
 	tailEmpty := func() bool {
 		var n int
 		return d.rdb.QueryRowContext(ctx, sqlTailSize).Scan(&n) == nil && n == 0
@@ -263,10 +260,13 @@ func TestTimelineFlusher(t *testing.T) {
 	require.NoError(t, d.rdb.QueryRowContext(ctx, `SELECT count(*) FROM message_timeline`).Scan(&entries))
 	require.Equal(t, timelineFlushRows+10, entries)
 	require.Zero(t, d.w.tail.rows.Load())
+	require.NoError(t, d.Close())
 
+	// A fourth, with a short period, flushes a small tail on its own.
+	d, err = Open(path, Options{timelineEvery: 5 * time.Millisecond})
+	require.NoError(t, err)
+	defer func() { require.NoError(t, d.Close()) }()
 	insert(d, 3, 10+timelineFlushRows)
-	require.Equal(t, 3, tailSize(t, d))
-	clk.Advance(timelineFlushEvery)
 	require.Eventually(t, tailEmpty, 10*time.Second, 5*time.Millisecond)
 }
 

@@ -55,6 +55,14 @@ func DefaultGapRechecks() []time.Duration {
 // cancellation.
 const checkpointTimeout = 5 * time.Second
 
+// backfillLiveGrace is how recent a message a backfill run leaves to the
+// live path: one sent less than this before the run started may still be
+// on its way as a push, and a run that enqueued it first would keep it as
+// history only (§2.9 rule 5) when it arrives live a moment later. A later
+// run, or the gap rechecks, pick up such a message if its push never
+// comes.
+const backfillLiveGrace = 10 * time.Second
+
 var (
 	// ErrBackfillWindow is returned by RequestBackfill for a window that is
 	// not positive or exceeds ReplayMax.
@@ -582,7 +590,7 @@ func (c *Coordinator) runDueBackfill(ctx context.Context, now time.Time) bool {
 	c.running = true
 	jctx, cancel := context.WithCancel(ctx)
 	c.cancelJob = cancel
-	p := runParams{run: r, cutoff: c.cutoffLocked(now), before: c.connectedAt}
+	p := runParams{run: r, cutoff: c.cutoffLocked(now), before: c.connectedAt, live: now.Add(-backfillLiveGrace)}
 	epoch := c.epoch
 	if r.n == 0 {
 		p.floor = now.Add(-r.window)
@@ -613,13 +621,16 @@ type runParams struct {
 	// run's watermark (now − window).
 	before time.Time
 	floor  time.Time
+	// live: messages at or after it are left to the live path (see
+	// backfillLiveGrace).
+	live time.Time
 }
 
 // counts are a run's tallies.
 type counts struct {
 	sessions, fetched, known, skipped int
 	enqueued, triggered, historyOnly  int
-	stale                             int
+	stale, live                       int
 }
 
 func (n *counts) add(o counts) {
@@ -630,6 +641,7 @@ func (n *counts) add(o counts) {
 	n.triggered += o.triggered
 	n.historyOnly += o.historyOnly
 	n.stale += o.stale
+	n.live += o.live
 }
 
 // backfill walks the listed chats one at a time (SPEC §2.9). Per-session
@@ -676,7 +688,7 @@ func (c *Coordinator) backfill(ctx context.Context, p runParams) {
 		slog.Int("sessions", total.sessions), slog.Int("fetched", total.fetched),
 		slog.Int("known", total.known), slog.Int("skipped", total.skipped),
 		slog.Int("enqueued", total.enqueued), slog.Int("triggered", total.triggered),
-		slog.Int("history_only", total.historyOnly), slog.Int("stale", total.stale),
+		slog.Int("history_only", total.historyOnly), slog.Int("stale", total.stale), slog.Int("live", total.live),
 		slog.Duration("took", c.clk.Now().Sub(start)))
 	if len(failed) > 0 {
 		c.log.WarnContext(ctx, "backfill_failed", append(attrs, slog.Int("failed", len(failed)), slog.Any("errors", failed))...)
@@ -735,6 +747,10 @@ func (c *Coordinator) backfillSession(ctx context.Context, chat channel.Chat, p 
 			}
 			if known {
 				n.known++
+				continue
+			}
+			if !ev.Time.Before(p.live) {
+				n.live++ // the live path delivers it
 				continue
 			}
 			cands = append(cands, ev)

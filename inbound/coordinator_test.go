@@ -374,6 +374,28 @@ func TestCoordinatorReconnectBackfillRules(t *testing.T) {
 	require.Len(t, h.logs.MustRecords(t, "backfill_completed"), 6)
 }
 
+// TestCoordinatorBackfillLeavesRecentMessagesToLivePath: a run does not
+// enqueue a message sent less than backfillLiveGrace before it started
+// (its push may still be on its way, and would then be kept as history
+// only); a later run picks it up if the push never came.
+func TestCoordinatorBackfillLeavesRecentMessagesToLivePath(t *testing.T) {
+	t.Parallel()
+	h := newCoHarness(t)
+	h.run()
+	h.state(true, true) // connection_opened: runs at +1 s, +1 min, +5 min
+	h.setAway(true)     // its push is lost
+	h.say(gA, bob, "just sent", chantest.WithTime(ct0.Add(500*time.Millisecond)))
+
+	h.advanceTo(ct0.Add(time.Second))
+	require.Empty(t, h.enqueued(), "the +1 s run leaves it to the live path")
+	done := h.logs.MustRecords(t, "backfill_completed")
+	require.Len(t, done, 1)
+	require.EqualValues(t, 1, done[0]["live"])
+
+	h.advanceTo(ct0.Add(time.Minute))
+	require.Equal(t, map[string]bool{"just sent": true}, byText(h.enqueued()), "the +1 min run backfills it")
+}
+
 func TestCoordinatorBackfillPagingCapAndWatermark(t *testing.T) {
 	t.Parallel()
 	var befores []time.Time

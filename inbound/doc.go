@@ -40,7 +40,10 @@
 // while the bot was away, through the channel's HistoryFetcher and
 // ChatLister: per session only the newest 3 messages that would have
 // triggered directly are queued normally, the rest are kept as history
-// only, and anything older than the cutoff ends ignored_stale. Live group
+// only, and anything older than the cutoff ends ignored_stale. A run
+// leaves a message sent less than 10 s before it started to the live push
+// (which would otherwise find it already kept as history only); a later run
+// takes it if the push never came. Live group
 // messages with sequence numbers feed gap detection ([Coordinator.ObserveLive]),
 // which refetches missing ranges and rechecks them at 15 s, 1 min and 3 min.
 //

@@ -60,7 +60,8 @@ const checkpointTimeout = 5 * time.Second
 // on its way as a push, and a run that enqueued it first would keep it as
 // history only (§2.9 rule 5) when it arrives live a moment later. A later
 // run, or the gap rechecks, pick up such a message if its push never
-// comes.
+// comes; after the last scheduled run (+5 min) only the gap rechecks (group
+// chats with sequence numbers) or the next reconnect's runs do.
 const backfillLiveGrace = 10 * time.Second
 
 var (

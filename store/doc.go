@@ -43,6 +43,15 @@
 // writer checkpoints and restarts the WAL itself once it passes 64 MiB, and
 // the WAL file is cut back to 64 MiB.
 //
+// The writer connection opens the file through a VFS of this package
+// (persona-walbuf, registered with the SQLite that go-sqlite3 compiles in;
+// other connections and other users of SQLite in the process keep the
+// default VFS). It is the default VFS except that the frames a commit
+// appends to the WAL, which SQLite writes as two calls per page, reach the
+// file in one call once the commit frame is complete: before SQLite
+// publishes the commit to readers, and with a failed write failing the
+// commit, so durability and what readers see are unchanged.
+//
 // # Implementing
 //
 // Use [*DB] as the default for every port, or implement a port yourself and

@@ -213,6 +213,11 @@ func Open(path string, opts Options) (*DB, error) {
 	// cache had filled, and throughput fell as the database grew. 8 MiB
 	// still holds the inner pages of a database of millions of rows.
 	wq.Set("_cache_size", strconv.Itoa(-writerCacheKiB))
+	// The writer's VFS writes a commit's WAL frames in one call (walbuf.c).
+	if err := registerWALVFS(); err != nil {
+		return nil, err
+	}
+	wq.Set("vfs", walVFS)
 	d.wdb, err = sql.Open("sqlite3", dsn(abs, wq))
 	if err != nil {
 		return nil, fmt.Errorf("store: open %s: %w", path, err)

@@ -1,0 +1,76 @@
+/*
+ * The few declarations of SQLite's public VFS interface that walbuf.c
+ * needs, written from SQLite's documentation (https://sqlite.org/c3ref/vfs.html,
+ * https://sqlite.org/c3ref/io_methods.html). The functions are SQLite's own,
+ * compiled into the binary by github.com/mattn/go-sqlite3; its header is not
+ * on the include path of this package, so the declarations are here.
+ */
+#ifndef PERSONA_WALBUF_H
+#define PERSONA_WALBUF_H
+
+typedef long long walbuf_i64;
+
+typedef struct walbuf_sqlite3_file walbuf_sqlite3_file;
+typedef struct walbuf_io_methods walbuf_io_methods;
+typedef struct walbuf_vfs walbuf_vfs;
+
+/* sqlite3_file: every open file starts with its method table. */
+struct walbuf_sqlite3_file {
+	const walbuf_io_methods *pMethods;
+};
+
+/* sqlite3_io_methods, versions 1 to 3 (fields in documented order). */
+struct walbuf_io_methods {
+	int iVersion;
+	int (*xClose)(walbuf_sqlite3_file *);
+	int (*xRead)(walbuf_sqlite3_file *, void *, int iAmt, walbuf_i64 iOfst);
+	int (*xWrite)(walbuf_sqlite3_file *, const void *, int iAmt, walbuf_i64 iOfst);
+	int (*xTruncate)(walbuf_sqlite3_file *, walbuf_i64 size);
+	int (*xSync)(walbuf_sqlite3_file *, int flags);
+	int (*xFileSize)(walbuf_sqlite3_file *, walbuf_i64 *pSize);
+	int (*xLock)(walbuf_sqlite3_file *, int);
+	int (*xUnlock)(walbuf_sqlite3_file *, int);
+	int (*xCheckReservedLock)(walbuf_sqlite3_file *, int *pResOut);
+	int (*xFileControl)(walbuf_sqlite3_file *, int op, void *pArg);
+	int (*xSectorSize)(walbuf_sqlite3_file *);
+	int (*xDeviceCharacteristics)(walbuf_sqlite3_file *);
+	int (*xShmMap)(walbuf_sqlite3_file *, int iPg, int pgsz, int, void volatile **);
+	int (*xShmLock)(walbuf_sqlite3_file *, int offset, int n, int flags);
+	void (*xShmBarrier)(walbuf_sqlite3_file *);
+	int (*xShmUnmap)(walbuf_sqlite3_file *, int deleteFlag);
+	int (*xFetch)(walbuf_sqlite3_file *, walbuf_i64 iOfst, int iAmt, void **pp);
+	int (*xUnfetch)(walbuf_sqlite3_file *, walbuf_i64 iOfst, void *p);
+};
+
+/* sqlite3_vfs, versions 1 and 2 (fields in documented order; version 3
+ * adds the system-call hooks, which this VFS does not offer). */
+struct walbuf_vfs {
+	int iVersion;
+	int szOsFile;
+	int mxPathname;
+	walbuf_vfs *pNext;
+	const char *zName;
+	void *pAppData;
+	int (*xOpen)(walbuf_vfs *, const char *zName, walbuf_sqlite3_file *, int flags, int *pOutFlags);
+	int (*xDelete)(walbuf_vfs *, const char *zName, int syncDir);
+	int (*xAccess)(walbuf_vfs *, const char *zName, int flags, int *pResOut);
+	int (*xFullPathname)(walbuf_vfs *, const char *zName, int nOut, char *zOut);
+	void *(*xDlOpen)(walbuf_vfs *, const char *zFilename);
+	void (*xDlError)(walbuf_vfs *, int nByte, char *zErrMsg);
+	void (*(*xDlSym)(walbuf_vfs *, void *, const char *zSymbol))(void);
+	void (*xDlClose)(walbuf_vfs *, void *);
+	int (*xRandomness)(walbuf_vfs *, int nByte, char *zOut);
+	int (*xSleep)(walbuf_vfs *, int microseconds);
+	int (*xCurrentTime)(walbuf_vfs *, double *);
+	int (*xGetLastError)(walbuf_vfs *, int, char *);
+	int (*xCurrentTimeInt64)(walbuf_vfs *, walbuf_i64 *);
+};
+
+/* Registers the VFS under name (once per process); an SQLite result code. */
+int walbuf_register(const char *name);
+
+/* Counters for tests and benchmarks: WAL writes SQLite asked for, and the
+ * write calls they became. */
+void walbuf_counts(walbuf_i64 *requested, walbuf_i64 *issued);
+
+#endif

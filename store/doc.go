@@ -52,6 +52,15 @@
 // publishes the commit to readers, and with a failed write failing the
 // commit, so durability and what readers see are unchanged.
 //
+// When this package is initialized it also puts a thin wrapper around
+// SQLite's default page cache (process-wide: SQLite takes a page cache only
+// before it initializes; a program that used SQLite earlier keeps the
+// default one). A B-tree balance swaps two pages' numbers through the
+// pending-byte page number, far past the end of any smaller file, and the
+// default cache then walks all its pages at the end of the transaction;
+// the wrapper gives it a number just past the end of the file instead.
+// Nothing else changes.
+//
 // # Implementing
 //
 // Use [*DB] as the default for every port, or implement a port yourself and

@@ -29,7 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "walbuf.h"
+#include "sqliteapi.h"
 
 /* SQLite constants used here (values from the documentation). */
 #define WB_OK 0

@@ -2,7 +2,7 @@ package store
 
 /*
 #include <stdlib.h>
-#include "walbuf.h"
+#include "sqliteapi.h"
 */
 import "C"
 

@@ -1,12 +1,13 @@
 /*
- * The few declarations of SQLite's public VFS interface that walbuf.c
- * needs, written from SQLite's documentation (https://sqlite.org/c3ref/vfs.html,
- * https://sqlite.org/c3ref/io_methods.html). The functions are SQLite's own,
- * compiled into the binary by github.com/mattn/go-sqlite3; its header is not
- * on the include path of this package, so the declarations are here.
+ * The few declarations of SQLite's public C interface that walbuf.c and
+ * pcache.c need, written from SQLite's documentation
+ * (https://sqlite.org/c3ref/vfs.html, https://sqlite.org/c3ref/io_methods.html,
+ * https://sqlite.org/c3ref/pcache_methods2.html). The functions are SQLite's
+ * own, compiled into the binary by github.com/mattn/go-sqlite3; its header is
+ * not on the include path of this package, so the declarations are here.
  */
-#ifndef PERSONA_WALBUF_H
-#define PERSONA_WALBUF_H
+#ifndef PERSONA_SQLITEAPI_H
+#define PERSONA_SQLITEAPI_H
 
 typedef long long walbuf_i64;
 
@@ -66,6 +67,36 @@ struct walbuf_vfs {
 	int (*xCurrentTimeInt64)(walbuf_vfs *, walbuf_i64 *);
 };
 
+/* sqlite3_pcache_page and sqlite3_pcache_methods2 (version 1 and 2 fields
+ * in documented order). A cache is opaque. */
+typedef struct walbuf_pcache walbuf_pcache;
+typedef struct walbuf_pcache_page {
+	void *pBuf;
+	void *pExtra;
+} walbuf_pcache_page;
+typedef struct walbuf_pcache_methods2 {
+	int iVersion;
+	void *pArg;
+	int (*xInit)(void *);
+	void (*xShutdown)(void *);
+	walbuf_pcache *(*xCreate)(int szPage, int szExtra, int bPurgeable);
+	void (*xCachesize)(walbuf_pcache *, int nCachesize);
+	int (*xPagecount)(walbuf_pcache *);
+	walbuf_pcache_page *(*xFetch)(walbuf_pcache *, unsigned key, int createFlag);
+	void (*xUnpin)(walbuf_pcache *, walbuf_pcache_page *, int discard);
+	void (*xRekey)(walbuf_pcache *, walbuf_pcache_page *, unsigned oldKey, unsigned newKey);
+	void (*xTruncate)(walbuf_pcache *, unsigned iLimit);
+	void (*xDestroy)(walbuf_pcache *);
+	void (*xShrink)(walbuf_pcache *);
+} walbuf_pcache_methods2;
+
+/* Installs the page cache wrapper of pcache.c; an SQLite result code
+ * (SQLITE_MISUSE when SQLite was already initialized). */
+int pcache_install(void);
+
+/* How many balance swaps the wrapper parked under its own number (tests). */
+walbuf_i64 pcache_parks(void);
+
 /* Registers the VFS under name (once per process); an SQLite result code. */
 int walbuf_register(const char *name);
 
@@ -73,4 +104,4 @@ int walbuf_register(const char *name);
  * write calls they became. */
 void walbuf_counts(walbuf_i64 *requested, walbuf_i64 *issued);
 
-#endif
+#endif /* PERSONA_SQLITEAPI_H */

@@ -2,6 +2,7 @@ package gate
 
 import (
 	"context"
+	"hash/maphash"
 	"sync"
 	"time"
 
@@ -42,9 +43,15 @@ type FlagCache struct {
 	max   int
 	clk   clock.Clock
 
-	mu  sync.RWMutex
-	gen uint64 // incremented by every write, to drop racing fills
-	m   map[flagCacheKey]cachedFlag
+	mu sync.RWMutex
+	// gens[genSlot(session, name)] is incremented by every write of a flag
+	// of that name in that session (and, by sharing a slot, of some
+	// others), so that a read or probe that raced with such a write does
+	// not fill the cache. Slots keep writes to other sessions from dropping
+	// a fill: with one counter for all, under a steady rate of writes most
+	// fills were dropped and most reads reached the store.
+	gens [flagGenSlots]uint64
+	m    map[flagCacheKey]cachedFlag
 	// absent holds, per (session, name), until when no subject-specific
 	// flag of that name exists in the session (see SubjectFlagProber).
 	absent map[absentKey]time.Time
@@ -52,6 +59,23 @@ type FlagCache struct {
 }
 
 type absentKey struct{ session, name string }
+
+// flagGenSlots is the number of write counters of a FlagCache.
+const flagGenSlots = 256
+
+var flagGenSeed = maphash.MakeSeed()
+
+// genSlot returns the write counter slot of flags named name in session:
+// every subject's flag of that name, and the session's "no subject flags
+// of that name" answer, share it.
+func genSlot(session, name string) int {
+	var h maphash.Hash
+	h.SetSeed(flagGenSeed)
+	h.WriteString(session)
+	h.WriteByte(0)
+	h.WriteString(name)
+	return int(h.Sum64() % flagGenSlots)
+}
 
 type flagCacheKey struct{ session, subject, name string }
 
@@ -87,9 +111,10 @@ func (c *FlagCache) expiry() time.Time {
 // GetFlag implements Flags.
 func (c *FlagCache) GetFlag(ctx context.Context, sessionKey, subject, name string) (Flag, bool, error) {
 	k := flagCacheKey{sessionKey, subject, name}
+	slot := genSlot(sessionKey, name)
 	c.mu.RLock()
 	e, hit := c.m[k]
-	gen := c.gen
+	gen := c.gens[slot]
 	c.mu.RUnlock()
 	if hit && (e.until.IsZero() || c.clk.Now().Before(e.until)) {
 		return e.f, e.ok, nil
@@ -108,7 +133,7 @@ func (c *FlagCache) GetFlag(ctx context.Context, sessionKey, subject, name strin
 		return Flag{}, false, err
 	}
 	c.mu.Lock()
-	if c.gen == gen { // no write since the read began: the value is current
+	if c.gens[slot] == gen { // no write since the read began: the value is current
 		c.putLocked(k, cachedFlag{f: f, ok: ok, until: c.expiry()})
 	}
 	c.mu.Unlock()
@@ -119,9 +144,10 @@ func (c *FlagCache) GetFlag(ctx context.Context, sessionKey, subject, name strin
 // have no subject-specific flag of the name.
 func (c *FlagCache) noSubjectFlags(ctx context.Context, sessionKey, name string) (bool, error) {
 	k := absentKey{sessionKey, name}
+	slot := genSlot(sessionKey, name)
 	c.mu.RLock()
 	until, hit := c.absent[k]
-	gen := c.gen
+	gen := c.gens[slot]
 	c.mu.RUnlock()
 	if hit && (until.IsZero() || c.clk.Now().Before(until)) {
 		return true, nil
@@ -134,7 +160,7 @@ func (c *FlagCache) noSubjectFlags(ctx context.Context, sessionKey, name string)
 		return false, nil
 	}
 	c.mu.Lock()
-	if c.gen == gen { // no write since the probe began
+	if c.gens[slot] == gen { // no write since the probe began
 		if len(c.absent) >= c.max {
 			clear(c.absent)
 		}
@@ -146,11 +172,12 @@ func (c *FlagCache) noSubjectFlags(ctx context.Context, sessionKey, name string)
 
 // SetFlag implements Flags: the store first, then the cache.
 func (c *FlagCache) SetFlag(ctx context.Context, f Flag) error {
+	slot := genSlot(f.SessionKey, f.Name)
 	if f.Subject != "" {
 		// From here on the session may have a flag of this name for a
 		// subject: no absence answer until the next probe.
 		c.mu.Lock()
-		c.gen++
+		c.gens[slot]++
 		delete(c.absent, absentKey{f.SessionKey, f.Name})
 		c.mu.Unlock()
 	}
@@ -159,7 +186,7 @@ func (c *FlagCache) SetFlag(ctx context.Context, f Flag) error {
 		return err
 	}
 	c.mu.Lock()
-	c.gen++
+	c.gens[slot]++
 	if f.Subject != "" {
 		delete(c.absent, absentKey{f.SessionKey, f.Name}) // a probe may have run during the write
 	}
@@ -173,12 +200,12 @@ func (c *FlagCache) SetFlag(ctx context.Context, f Flag) error {
 // failed write the flags are read from the store again.
 func (c *FlagCache) SetFlags(ctx context.Context, fs []Flag) error {
 	c.mu.Lock()
-	c.gen++
+	c.bumpLocked(fs)
 	c.dropAbsentLocked(fs)
 	c.mu.Unlock()
 	if err := SetFlags(ctx, c.inner, fs); err != nil {
 		c.mu.Lock()
-		c.gen++
+		c.bumpLocked(fs)
 		for _, f := range fs {
 			delete(c.m, flagCacheKey{f.SessionKey, f.Subject, f.Name})
 		}
@@ -186,13 +213,20 @@ func (c *FlagCache) SetFlags(ctx context.Context, fs []Flag) error {
 		return err
 	}
 	c.mu.Lock()
-	c.gen++
+	c.bumpLocked(fs)
 	c.dropAbsentLocked(fs) // a probe may have run during the write
 	for _, f := range fs {
 		c.putLocked(flagCacheKey{f.SessionKey, f.Subject, f.Name}, cachedFlag{f: f, ok: true, until: c.expiry()})
 	}
 	c.mu.Unlock()
 	return nil
+}
+
+// bumpLocked counts a write of each of fs in its slot; c.mu must be held.
+func (c *FlagCache) bumpLocked(fs []Flag) {
+	for _, f := range fs {
+		c.gens[genSlot(f.SessionKey, f.Name)]++
+	}
 }
 
 // dropAbsentLocked ends the "no subject flags" answers fs's subject flags
@@ -213,7 +247,7 @@ func (c *FlagCache) ClearFlag(ctx context.Context, sessionKey, subject, name str
 		return err
 	}
 	c.mu.Lock()
-	c.gen++
+	c.gens[genSlot(sessionKey, name)]++
 	c.putLocked(k, cachedFlag{until: c.expiry()})
 	c.mu.Unlock()
 	return nil
@@ -222,7 +256,7 @@ func (c *FlagCache) ClearFlag(ctx context.Context, sessionKey, subject, name str
 // forget drops a key whose store state is unknown after a failed write.
 func (c *FlagCache) forget(k flagCacheKey) {
 	c.mu.Lock()
-	c.gen++
+	c.gens[genSlot(k.session, k.name)]++
 	delete(c.m, k)
 	c.mu.Unlock()
 }

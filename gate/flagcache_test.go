@@ -192,6 +192,32 @@ func TestFlagCacheRacingFill(t *testing.T) {
 	require.Equal(t, "new", f.Value, "but did not overwrite the newer cached value")
 }
 
+// TestFlagCacheFillSurvivesOtherWrites: a write to another session while a
+// read is on its way to the store does not keep the read's answer out of
+// the cache (under a steady rate of writes, a cache that dropped every
+// fill raced by any write read the store nearly every time).
+func TestFlagCacheFillSurvivesOtherWrites(t *testing.T) {
+	t.Parallel()
+	other := "other"
+	for i := 0; gate.GenSlot(other, "n") == gate.GenSlot("s", "n"); i++ {
+		other = fmt.Sprint("other", i)
+	}
+	inner := &countingFlags{Flags: gatetest.NewFlags()}
+	c := gate.NewFlagCache(inner, gate.FlagCacheConfig{})
+	ctx := t.Context()
+	inner.onRead = func() {
+		inner.onRead = nil
+		require.NoError(t, c.SetFlag(ctx, gate.Flag{SessionKey: other, Name: "n", Value: "x"}))
+		require.NoError(t, c.SetFlag(ctx, gate.Flag{SessionKey: other, Subject: "u", Name: "n", Value: "x"}))
+	}
+	for range 3 {
+		_, ok, err := c.GetFlag(ctx, "s", "", "n")
+		require.NoError(t, err)
+		require.False(t, ok)
+	}
+	require.EqualValues(t, 1, inner.reads.Load(), "the first read's answer was cached")
+}
+
 func TestFlagCacheBounded(t *testing.T) {
 	t.Parallel()
 	c := gate.NewFlagCache(gatetest.NewFlags(), gate.FlagCacheConfig{Max: 8})

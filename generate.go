@@ -44,6 +44,9 @@ type generation struct {
 	extractor  *memory.Extractor
 	summarizer *memory.Summarizer
 	summaries  chan string // sessions whose summary may need to advance
+	// sums keeps alias hashes across turns: each turn aliases every
+	// message id of its history again.
+	sums *agent.AliasSums
 }
 
 // buildGeneration prepares context assembly, memory and the agent loop.
@@ -51,6 +54,7 @@ func (p *Pipeline) buildGeneration(db *store.DB) error {
 	g := &generation{
 		builder: agent.NewContextBuilder(agent.ContextConfig{ContextWindow: p.opt.ContextWindow}),
 		tracker: &agent.PrefixTracker{Logger: p.log},
+		sums:    agent.NewAliasSums(0),
 	}
 	if p.opt.Memory {
 		if db == nil || p.opt.Model == nil {
@@ -177,7 +181,7 @@ func (p *Pipeline) generate(ctx context.Context, l inbound.Lease, t *gate.Turn, 
 	if err != nil {
 		return "", usageInfo{}, nil, fmt.Errorf("alias secret: %w", err)
 	}
-	al, err := agent.NewAliaser(key)
+	al, err := agent.NewAliaserWith(key, g.sums)
 	if err != nil {
 		return "", usageInfo{}, nil, err
 	}

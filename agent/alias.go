@@ -84,6 +84,70 @@ type Aliaser struct {
 	// id (keying it again per id would cost two hash states).
 	macMu sync.Mutex
 	mac   hash.Hash
+
+	// sums, when set, keeps the keyed hashes across turns (see AliasSums);
+	// key is secret as a string, its key there.
+	sums *AliasSums
+	key  string
+}
+
+// AliasSums keeps the keyed hashes behind aliases across Aliasers of the
+// same secrets, so that a turn does not hash every id of the history again
+// (every turn renders the session's recent messages and each message id
+// has its alias). It holds at most the number of entries given to
+// NewAliasSums and starts over when full. Safe for concurrent use; share
+// one among the Aliasers of a process (NewAliaserWith).
+type AliasSums struct {
+	mu  sync.RWMutex
+	max int
+	m   map[aliasSumKey]string
+}
+
+type aliasSumKey struct {
+	secret string
+	kind   AliasKind
+	id     string
+}
+
+// DefaultAliasSums is the size NewAliasSums uses for max <= 0.
+const DefaultAliasSums = 65536
+
+// NewAliasSums returns an empty cache of at most max entries (default
+// DefaultAliasSums).
+func NewAliasSums(max int) *AliasSums {
+	if max <= 0 {
+		max = DefaultAliasSums
+	}
+	return &AliasSums{max: max, m: make(map[aliasSumKey]string)}
+}
+
+func (c *AliasSums) get(k aliasSumKey) (string, bool) {
+	c.mu.RLock()
+	s, ok := c.m[k]
+	c.mu.RUnlock()
+	return s, ok
+}
+
+func (c *AliasSums) put(k aliasSumKey, s string) {
+	c.mu.Lock()
+	if len(c.m) >= c.max {
+		clear(c.m)
+	}
+	c.m[k] = s
+	c.mu.Unlock()
+}
+
+// NewAliaserWith is NewAliaser with a shared cache of the keyed hashes
+// (nil: none). The aliases are the same as NewAliaser's.
+func NewAliaserWith(secret []byte, sums *AliasSums) (*Aliaser, error) {
+	a, err := NewAliaser(secret)
+	if err != nil {
+		return nil, err
+	}
+	if sums != nil {
+		a.sums, a.key = sums, string(secret)
+	}
+	return a, nil
 }
 
 // NewAliaser returns an Aliaser for a session secret (at least
@@ -147,6 +211,21 @@ func (a *Aliaser) Alias(kind AliasKind, id string) string {
 }
 
 func (a *Aliaser) sum(kind AliasKind, id string) string {
+	if a.sums == nil {
+		return a.hash(kind, id)
+	}
+	k := aliasSumKey{a.key, kind, id}
+	if s, ok := a.sums.get(k); ok {
+		return s
+	}
+	s := a.hash(kind, id)
+	a.sums.put(k, s)
+	return s
+}
+
+// hash returns the first aliasLongLen base32 characters of
+// HMAC-SHA256(secret, kind‖0‖id).
+func (a *Aliaser) hash(kind AliasKind, id string) string {
 	var sum [sha256.Size]byte
 	a.macMu.Lock()
 	if a.mac == nil {

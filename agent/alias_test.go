@@ -266,3 +266,33 @@ func TestAliasIsTheDocumentedHMAC(t *testing.T) {
 		require.Equal(t, want(agent.AliasGroup, id), a.Group(id), "group %q", id)
 	}
 }
+
+// A shared hash cache gives the same aliases as none, keeps secrets apart,
+// and starts over when full.
+func TestAliasSumsShareHashesAcrossTurns(t *testing.T) {
+	t.Parallel()
+	sums := agent.NewAliasSums(4)
+	fresh := newAliaser(t, testSecret)
+	otherFresh := newAliaser(t, []byte("another-session-secret"))
+	for turn := range 3 {
+		a, err := agent.NewAliaserWith(testSecret, sums)
+		require.NoError(t, err)
+		b, err := agent.NewAliaserWith([]byte("another-session-secret"), sums)
+		require.NoError(t, err)
+		for i := range 5 { // more ids than the cache holds
+			id := strconv.Itoa(1000 + i)
+			require.Equal(t, fresh.Message(id), a.Message(id), "turn %d id %s", turn, id)
+			require.Equal(t, otherFresh.Message(id), b.Message(id), "the secret is part of the cache key")
+			require.Equal(t, fresh.User(id), a.User(id), "so is the kind")
+		}
+		kind, id, ok := a.Lookup(fresh.Message("1003"))
+		require.True(t, ok)
+		require.Equal(t, agent.AliasMessage, kind)
+		require.Equal(t, "1003", id)
+	}
+	_, err := agent.NewAliaserWith([]byte("short"), sums)
+	require.ErrorIs(t, err, agent.ErrShortSecret)
+	a, err := agent.NewAliaserWith(testSecret, nil)
+	require.NoError(t, err)
+	require.Equal(t, fresh.User("7"), a.User("7"), "nil: no cache")
+}

@@ -191,7 +191,11 @@ func (p *Pipeline) buildStages() error {
 		}
 		s, err := outbound.NewSender(outbound.SenderConfig{
 			Ledger: opt.Ledger, Clock: p.clk, NoPacing: opt.NoPacing, Logger: p.log,
-			AfterSend: p.afterSend, Compressor: opt.Model, Secrets: opt.Secrets, State: state, Lanes: lanes,
+			AfterSend: p.afterSend, Compressor: opt.Model, Secrets: opt.Secrets, Lanes: lanes,
+			// No State: the review dates the bot's last message from the
+			// transcript (Proposal.LastBotMessage), where afterSend puts
+			// every sent chunk; recording it in a state row as well cost a
+			// write per reply.
 		})
 		if err != nil {
 			return fmt.Errorf("persona: %w", err)

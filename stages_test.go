@@ -18,6 +18,7 @@ import (
 	"github.com/personakit/persona/channel/chantest"
 	"github.com/personakit/persona/gate"
 	"github.com/personakit/persona/inbound"
+	"github.com/personakit/persona/outbound"
 	"github.com/personakit/persona/outcome"
 	"github.com/personakit/persona/route"
 	"github.com/personakit/persona/store"
@@ -313,4 +314,35 @@ func TestHeldClaimStoredBeforeResumedSend(t *testing.T) {
 		require.Equal(t, "leased", r.status, "the claim is in the row when a chunk is sent")
 		require.Equal(t, 1, r.attempts)
 	}
+}
+
+// The review's private closing check dates the bot's last message by the
+// transcript, replies to newer messages included: a message delivered late
+// (older than the bot's last reply) is still judged for a goodbye.
+func TestPrivateClosingCheckSeesRepliesToNewerMessages(t *testing.T) {
+	t.Parallel()
+	model := agenttest.New()
+	model.OnPurpose(agent.PurposeAudit,
+		agenttest.Reply(`{"closing":{"kind":"stop","confidence":0.96},"safety":{"score":1},"refusal":{"is_refusal":false,"confidence":0}}`))
+	model.Otherwise(agenttest.Reply("ok"))
+	h := newHarness(t, model, nil)
+
+	first := h.say(dmAlice, alice, "hi")
+	require.Equal(t, outcome.Replied, h.outcome(first).Code)
+	audits := func() int {
+		n := 0
+		for _, r := range model.Requests() {
+			if r.Purpose == agent.PurposeAudit {
+				n++
+			}
+		}
+		return n
+	}
+	require.Zero(t, audits(), "no earlier bot message: nothing to judge")
+
+	h.clk.Advance(time.Minute)
+	late := h.say(dmAlice, alice, "ok bye, stop now", chantest.WithTime(first.Time.Add(-time.Second)))
+	o := h.outcome(late)
+	require.Equal(t, 1, audits(), "the bot's reply to the newer message opens the closing window")
+	require.Equal(t, outbound.CodeStopRequested(), o.Code)
 }

@@ -272,11 +272,17 @@ func (p *Pipeline) turn(ctx context.Context, l inbound.Lease, heartbeat func()) 
 	// A direct turn reads the history once, for the review and for the
 	// first generation's prompt.
 	var raw []memory.Entry
+	lastBot := newestBotMessage(hist)
 	if hist == nil {
 		var err error
 		if raw, err = p.opt.History.Recent(ctx, l.SessionKey, p.historyRead()); err != nil {
 			return action{kind: actRetry, err: fmt.Errorf("read history: %w", err)}
 		}
+		// Replies to messages newer than this one count too: the review's
+		// closing check dates the bot's last message by them (instead of a
+		// state row written after every reply: every sent chunk is in the
+		// transcript, see afterSend).
+		lastBot = newestBotMessage(raw)
 		hist = p.recentOf(raw, l)
 	}
 	// Each generation's model call is counted while the turn goes on (the
@@ -321,7 +327,7 @@ func (p *Pipeline) turn(ctx context.Context, l inbound.Lease, heartbeat func()) 
 		}
 		rec.Tokens = append(rec.Tokens, tokens(agent.PurposeChat, usage.model, usage.Usage))
 		prop := p.proposal(l, t, st, text, hist)
-		prop.Said = said
+		prop.Said, prop.LastBotMessage = said, lastBot
 		v2, err = p.reviewer.Review(ctx, prop)
 		if err == nil && v2.Regenerate {
 			// No image-description stage exists yet: review the same draft
@@ -394,6 +400,18 @@ func (p *Pipeline) proposal(l inbound.Lease, t *gate.Turn, st *chanState, text s
 		}
 	}
 	return prop
+}
+
+// newestBotMessage returns the time of the newest of the bot's own
+// messages in hist (zero when there is none).
+func newestBotMessage(hist []memory.Entry) time.Time {
+	var last time.Time
+	for i := range hist {
+		if hist[i].Direction == memory.Out && hist[i].Event.Time.After(last) {
+			last = hist[i].Event.Time
+		}
+	}
+	return last
 }
 
 type usageInfo struct {

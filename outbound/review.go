@@ -72,6 +72,13 @@ type Proposal struct {
 	// (newest last). Dedup compares with those of the last 2 minutes; the
 	// newest also dates the bot's last private message.
 	Recent []BotReply
+	// LastBotMessage is the time of the bot's newest message in the
+	// session as the caller's transcript has it, replies to later messages
+	// included (zero: unknown). The private closing check dates the bot's
+	// last message by the newest of this, Recent and the state store's
+	// StateLastBotMessage record, so a caller that sets it from a
+	// transcript holding every sent chunk need not record that state.
+	LastBotMessage time.Time
 	// Transcript is recent conversation context for the audit, oldest
 	// first (optional).
 	Transcript []Line

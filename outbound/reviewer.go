@@ -443,12 +443,15 @@ func (r *ModelReviewer) auditItems(ctx context.Context, rv *review) ([]auditItem
 	return append(items, itemRefusal), nil
 }
 
-// lastBotMessage is the newest of the state store's record and the
-// proposal's recent replies.
+// lastBotMessage is the newest of the state store's record, the
+// proposal's LastBotMessage and its recent replies.
 func (r *ModelReviewer) lastBotMessage(ctx context.Context, rv *review) (time.Time, error) {
 	last, err := lastBotMessage(ctx, r.cfg.State, rv.p.SessionKey)
 	if err != nil {
 		return time.Time{}, fmt.Errorf("outbound: read last bot message: %w", err)
+	}
+	if rv.p.LastBotMessage.After(last) {
+		last = rv.p.LastBotMessage
 	}
 	for _, b := range rv.p.Recent {
 		if b.At.After(last) {

@@ -192,6 +192,13 @@ func TestModelReviewerVerdicts(t *testing.T) {
 		{name: "closing not judged after 3 minutes (the loop still is)", p: proposal(true, true, "ok"),
 			edit: func(p *outbound.Proposal) { p.Recent = recent(4 * time.Minute) }, audit: []agenttest.Step{ans(auditPass)},
 			want: want{send: true, text: "ok", code: outcome.Replied, calls: 1}},
+		{name: "closing window from the proposal's LastBotMessage", p: proposal(true, true, "ok"),
+			edit:  func(p *outbound.Proposal) { p.LastBotMessage = t0.Add(-time.Minute) },
+			audit: []agenttest.Step{ans(auditStop)},
+			want:  want{code: outbound.CodeStopRequested(), paused: true, calls: 1}},
+		{name: "an old LastBotMessage opens no closing window", p: proposal(true, true, "ok"),
+			edit: func(p *outbound.Proposal) { p.LastBotMessage = t0.Add(-4 * time.Minute) },
+			want: want{send: true, text: "ok", code: outcome.Replied}},
 		{name: "closing window from the state store", p: proposal(true, true, "ok"),
 			before: func(ctx context.Context, st *outbound.MemoryState) {
 				_ = outbound.RecordBotMessage(ctx, st, privateKey, t0.Add(-time.Minute))

@@ -95,6 +95,9 @@ static int wb_flush(wb_file *p) {
 /* wb_flush_wal flushes the WAL of a main database file, if it has one. */
 static int wb_flush_wal(wb_file *p) { return p->wal ? wb_flush(p->wal) : WB_OK; }
 
+/* wb_settle flushes a WAL before any operation other than an append. */
+static int wb_settle(wb_file *p) { return p->isWal ? wb_flush(p) : WB_OK; }
+
 static int wb_close(walbuf_sqlite3_file *f) {
 	wb_file *p = (wb_file *)f;
 	int rc = WB_OK, rc2;
@@ -127,11 +130,9 @@ static int wb_close(walbuf_sqlite3_file *f) {
 
 static int wb_read(walbuf_sqlite3_file *f, void *out, int amt, walbuf_i64 off) {
 	wb_file *p = (wb_file *)f;
-	if (p->isWal) {
-		int rc = wb_flush(p);
-		if (rc != WB_OK) {
-			return rc;
-		}
+	int rc = wb_settle(p);
+	if (rc != WB_OK) {
+		return rc;
 	}
 	return real_methods(p)->xRead(p->real, out, amt, off);
 }
@@ -184,33 +185,27 @@ static int wb_write(walbuf_sqlite3_file *f, const void *data, int amt, walbuf_i6
 
 static int wb_truncate(walbuf_sqlite3_file *f, walbuf_i64 size) {
 	wb_file *p = (wb_file *)f;
-	if (p->isWal) {
-		int rc = wb_flush(p);
-		if (rc != WB_OK) {
-			return rc;
-		}
+	int rc = wb_settle(p);
+	if (rc != WB_OK) {
+		return rc;
 	}
 	return real_methods(p)->xTruncate(p->real, size);
 }
 
 static int wb_sync(walbuf_sqlite3_file *f, int flags) {
 	wb_file *p = (wb_file *)f;
-	if (p->isWal) {
-		int rc = wb_flush(p);
-		if (rc != WB_OK) {
-			return rc;
-		}
+	int rc = wb_settle(p);
+	if (rc != WB_OK) {
+		return rc;
 	}
 	return real_methods(p)->xSync(p->real, flags);
 }
 
 static int wb_file_size(walbuf_sqlite3_file *f, walbuf_i64 *size) {
 	wb_file *p = (wb_file *)f;
-	if (p->isWal) {
-		int rc = wb_flush(p);
-		if (rc != WB_OK) {
-			return rc;
-		}
+	int rc = wb_settle(p);
+	if (rc != WB_OK) {
+		return rc;
 	}
 	return real_methods(p)->xFileSize(p->real, size);
 }
@@ -234,11 +229,9 @@ static int wb_check_reserved(walbuf_sqlite3_file *f, int *out) {
 
 static int wb_file_control(walbuf_sqlite3_file *f, int op, void *arg) {
 	wb_file *p = (wb_file *)f;
-	if (p->isWal) {
-		int rc = wb_flush(p);
-		if (rc != WB_OK) {
-			return rc;
-		}
+	int rc = wb_settle(p);
+	if (rc != WB_OK) {
+		return rc;
 	}
 	return real_methods(p)->xFileControl(p->real, op, arg);
 }

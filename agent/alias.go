@@ -85,56 +85,84 @@ type Aliaser struct {
 	macMu sync.Mutex
 	mac   hash.Hash
 
-	// sums, when set, keeps the keyed hashes across turns (see AliasSums);
-	// key is secret as a string, its key there.
+	// sums, when set, keeps the finished aliases across turns (see
+	// AliasSums): all, the shared cache; mine, its map for this secret.
 	sums *AliasSums
-	key  string
+	mine *secretSums
 }
 
-// AliasSums keeps the keyed hashes behind aliases across Aliasers of the
-// same secrets, so that a turn does not hash every id of the history again
-// (every turn renders the session's recent messages and each message id
-// has its alias). It holds at most the number of entries given to
-// NewAliasSums and starts over when full. Safe for concurrent use; share
-// one among the Aliasers of a process (NewAliaserWith).
+// AliasSums keeps finished aliases across Aliasers of the same secrets, so
+// that a turn does not hash every id of the history again (every turn
+// renders the session's recent messages and each message id has its
+// alias). It holds at most the number of aliases given to NewAliasSums and
+// starts over when full. Safe for concurrent use; share one among the
+// Aliasers of a process (NewAliaserWith).
 type AliasSums struct {
-	mu  sync.RWMutex
-	max int
-	m   map[aliasSumKey]string
+	mu      sync.RWMutex
+	max, n  int
+	secrets map[string]*secretSums
 }
 
-type aliasSumKey struct {
-	secret string
-	kind   AliasKind
-	id     string
+// secretSums are the aliases of one secret.
+type secretSums struct {
+	mu sync.RWMutex
+	m  map[aliasKey]aliasPair
 }
+
+// aliasPair is an id's alias and the longer one it gets after a collision.
+type aliasPair struct{ short, long string }
 
 // DefaultAliasSums is the size NewAliasSums uses for max <= 0.
 const DefaultAliasSums = 65536
 
-// NewAliasSums returns an empty cache of at most max entries (default
+// NewAliasSums returns an empty cache of at most max aliases (default
 // DefaultAliasSums).
 func NewAliasSums(max int) *AliasSums {
 	if max <= 0 {
 		max = DefaultAliasSums
 	}
-	return &AliasSums{max: max, m: make(map[aliasSumKey]string)}
+	return &AliasSums{max: max, secrets: make(map[string]*secretSums)}
 }
 
-func (c *AliasSums) get(k aliasSumKey) (string, bool) {
+// of returns the aliases of secret, made on first use.
+func (c *AliasSums) of(secret []byte) *secretSums {
 	c.mu.RLock()
-	s, ok := c.m[k]
+	s := c.secrets[string(secret)]
 	c.mu.RUnlock()
-	return s, ok
+	if s != nil {
+		return s
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if s = c.secrets[string(secret)]; s == nil {
+		s = &secretSums{m: make(map[aliasKey]aliasPair)}
+		c.secrets[string(secret)] = s
+	}
+	return s
 }
 
-func (c *AliasSums) put(k aliasSumKey, s string) {
+// counted counts one more alias; past max it starts over (an Aliaser
+// holding a secret's dropped map keeps using it for the rest of its turn).
+func (c *AliasSums) counted() {
 	c.mu.Lock()
-	if len(c.m) >= c.max {
-		clear(c.m)
+	if c.n++; c.n > c.max {
+		clear(c.secrets)
+		c.n = 1
 	}
-	c.m[k] = s
 	c.mu.Unlock()
+}
+
+func (s *secretSums) get(k aliasKey) (aliasPair, bool) {
+	s.mu.RLock()
+	p, ok := s.m[k]
+	s.mu.RUnlock()
+	return p, ok
+}
+
+func (s *secretSums) put(k aliasKey, p aliasPair) {
+	s.mu.Lock()
+	s.m[k] = p
+	s.mu.Unlock()
 }
 
 // NewAliaserWith is NewAliaser with a shared cache of the keyed hashes
@@ -145,7 +173,7 @@ func NewAliaserWith(secret []byte, sums *AliasSums) (*Aliaser, error) {
 		return nil, err
 	}
 	if sums != nil {
-		a.sums, a.key = sums, string(secret)
+		a.sums, a.mine = sums, sums.of(secret)
 	}
 	return a, nil
 }
@@ -186,17 +214,17 @@ func (a *Aliaser) Alias(kind AliasKind, id string) string {
 	if ok {
 		return s
 	}
-	sum := a.sum(kind, id)
+	pair := a.pair(kind, id)
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if s, ok := a.fwd[k]; ok {
 		return s
 	}
-	s = string(kind) + "_" + sum[:aliasLen]
+	s = pair.short
 	if other, taken := a.back[s]; taken && other != k {
 		// A 40-bit collision within one session: the later id gets the
 		// longer alias. Both stay restorable.
-		s = string(kind) + "_" + sum[:aliasLongLen]
+		s = pair.long
 	}
 	a.fwd[k] = s
 	a.back[s] = k
@@ -210,17 +238,22 @@ func (a *Aliaser) Alias(kind AliasKind, id string) string {
 	return s
 }
 
-func (a *Aliaser) sum(kind AliasKind, id string) string {
-	if a.sums == nil {
-		return a.hash(kind, id)
+// pair returns id's alias and its longer form, from the shared cache when
+// there is one.
+func (a *Aliaser) pair(kind AliasKind, id string) aliasPair {
+	k := aliasKey{kind, id}
+	if a.mine != nil {
+		if p, ok := a.mine.get(k); ok {
+			return p
+		}
 	}
-	k := aliasSumKey{a.key, kind, id}
-	if s, ok := a.sums.get(k); ok {
-		return s
+	sum := a.hash(kind, id)
+	p := aliasPair{short: string(kind) + "_" + sum[:aliasLen], long: string(kind) + "_" + sum[:aliasLongLen]}
+	if a.mine != nil {
+		a.sums.counted()
+		a.mine.put(k, p)
 	}
-	s := a.hash(kind, id)
-	a.sums.put(k, s)
-	return s
+	return p
 }
 
 // hash returns the first aliasLongLen base32 characters of

@@ -207,11 +207,11 @@ func Open(path string, opts Options) (*DB, error) {
 	// balance reorders pages, SQLite parks a page under the pending-byte
 	// page number (past the end of any smaller file) for a moment, and the
 	// next commit then walks the whole page cache to drop pages past the
-	// end of the file. That walk costs time in proportion to the cache's
-	// size, on the commit path, and came after a large share of commits:
-	// with a 64 MiB cache it was 11–13 % of the writer's time once the
-	// cache had filled, and throughput fell as the database grew. 8 MiB
-	// still holds the inner pages of a database of millions of rows.
+	// end of the file. With a 64 MiB cache that walk was 11–13 % of the
+	// writer's time once the cache had filled. The page cache wrapper of
+	// pcache.c now keeps that walk short when it is installed (see
+	// pcacheWrapped); 8 MiB stays the size either way: it holds the inner
+	// pages of a database of millions of rows.
 	wq.Set("_cache_size", strconv.Itoa(-writerCacheKiB))
 	// The writer's VFS writes a commit's WAL frames in one call (walbuf.c).
 	if err := registerWALVFS(); err != nil {

@@ -5,7 +5,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
-	"hash/fnv"
+	"hash/maphash"
 	"sync"
 	"time"
 
@@ -30,9 +30,11 @@ type eventCache struct {
 	recentErr  error
 }
 
+// cachedEvent holds the event by pointer: the map stays small to copy and
+// to scan, and the event is often the one the claim index holds too.
 type cachedEvent struct {
 	sum uint64
-	ev  channel.Event
+	ev  *channel.Event
 }
 
 func newEventCache() *eventCache { return &eventCache{m: make(map[string]cachedEvent)} }
@@ -56,24 +58,24 @@ func (c *eventCache) decode(key string, payload []byte) (channel.Event, error) {
 	ce, ok := c.m[key]
 	c.mu.Unlock()
 	if ok && ce.sum == sum {
-		return ce.ev, nil
+		return *ce.ev, nil
 	}
-	var ev channel.Event
-	if err := json.Unmarshal(payload, &ev); err != nil {
+	ev := new(channel.Event)
+	if err := json.Unmarshal(payload, ev); err != nil {
 		return channel.Event{}, err
 	}
 	c.store(key, sum, ev)
-	return ev, nil
+	return *ev, nil
 }
 
 // put caches ev as the decoded form of payload under key.
-func (c *eventCache) put(key string, payload []byte, ev channel.Event) {
+func (c *eventCache) put(key string, payload []byte, ev *channel.Event) {
 	c.store(key, payloadSum(payload), ev)
 }
 
 // store caches ev under key, dropping about half the entries (in map
 // order) when the cache is full.
-func (c *eventCache) store(key string, sum uint64, ev channel.Event) {
+func (c *eventCache) store(key string, sum uint64, ev *channel.Event) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if len(c.m) >= eventCacheSize {
@@ -88,12 +90,12 @@ func (c *eventCache) store(key string, sum uint64, ev channel.Event) {
 	c.m[key] = cachedEvent{sum: sum, ev: ev}
 }
 
-// payloadSum is the FNV-1a hash an entry is checked against.
-func payloadSum(payload []byte) uint64 {
-	h := fnv.New64a()
-	_, _ = h.Write(payload)
-	return h.Sum64()
-}
+// payloadSeed seeds payloadSum; the sums are compared within the process
+// only.
+var payloadSeed = maphash.MakeSeed()
+
+// payloadSum is the hash an entry is checked against.
+func payloadSum(payload []byte) uint64 { return maphash.Bytes(payloadSeed, payload) }
 
 // storedEvent is ev as decoding its stored JSON gives it back, built
 // without the JSON round trip: a deep copy whose time has no monotonic

@@ -57,7 +57,7 @@ func (d *DB) Append(ctx context.Context, e memory.Entry) error {
 		return fmt.Errorf("store: append %s: %w", e.Key, err)
 	}
 	if herr == nil {
-		d.events.put(e.Key, r.payload, held)
+		d.events.put(e.Key, r.payload, &held)
 	}
 	if r.searchTokens != "" {
 		d.kickSearchIndex()

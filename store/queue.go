@@ -139,7 +139,7 @@ func (d *DB) Enqueue(ctx context.Context, it inbound.Item) (bool, error) {
 		return false, fmt.Errorf("store: enqueue %s: %w", it.ID, err)
 	}
 	if held != nil {
-		d.events.put(it.ID, r.ev.payload, *held)
+		d.events.put(it.ID, r.ev.payload, held)
 	}
 	if r.ev.searchTokens != "" {
 		d.kickSearchIndex()
@@ -251,7 +251,7 @@ func (d *DB) Record(ctx context.Context, it inbound.Item, o inbound.Outcome) (bo
 		return false, fmt.Errorf("store: record %s: %w", it.ID, err)
 	}
 	if inserted && herr == nil {
-		d.events.put(it.ID, r.ev.payload, held)
+		d.events.put(it.ID, r.ev.payload, &held)
 	}
 	if inserted && r.ev.searchTokens != "" {
 		d.kickSearchIndex()

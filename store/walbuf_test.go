@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -105,4 +107,81 @@ func walChild(path, run string) {
 	}
 	_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
 	select {} // the signal ends the process
+}
+
+// walFullEnv names the database a child process of
+// TestWALBufferWriteFailureFailsTheCommit fills.
+const walFullEnv = "PERSONA_STORE_WALBUF_FULL"
+
+// A WAL write that fails (here: the file size limit) fails the commit it
+// belongs to, and only that: every write that returned success is in the
+// file afterwards and the file is intact.
+func TestWALBufferWriteFailureFailsTheCommit(t *testing.T) {
+	if path := os.Getenv(walFullEnv); path != "" {
+		walFullChild(path)
+		return
+	}
+	if testing.Short() {
+		t.Skip("re-executes the test binary")
+	}
+	path := filepath.Join(t.TempDir(), "persona.db")
+	cmd := exec.Command(os.Args[0], "-test.run=^TestWALBufferWriteFailureFailsTheCommit$", "-test.count=1")
+	cmd.Env = append(os.Environ(), walFullEnv+"="+path)
+	out, err := cmd.Output()
+	require.NoError(t, err, "child: %s", out)
+	var stored []string
+	failed := false
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		switch {
+		case strings.HasPrefix(line, "stored "):
+			stored = append(stored, strings.TrimPrefix(line, "stored "))
+		case strings.HasPrefix(line, "failed "):
+			failed = true
+		}
+	}
+	require.True(t, failed, "the size limit made a write fail: %s", out)
+	require.NotEmpty(t, stored)
+
+	// DeferSearch, as in the child: rows queued for search indexing make
+	// integrity_check report the FTS4 index as behind its content.
+	d, err := Open(path, Options{DeferSearch: true})
+	require.NoError(t, err)
+	defer func() { require.NoError(t, d.Close()) }()
+	for _, id := range stored {
+		_, err := d.Lookup(t.Context(), id)
+		require.NoError(t, err, "item %s was stored before the failure", id)
+	}
+	var check string
+	require.NoError(t, d.rdb.QueryRowContext(t.Context(), "PRAGMA integrity_check").Scan(&check))
+	require.Equal(t, "ok", check)
+}
+
+// walFullChild opens a store, limits the size of any file it writes to a
+// little more than the store has, and enqueues large items until a write
+// fails, printing each outcome.
+func walFullChild(path string) {
+	d, err := Open(path, Options{DeferSearch: true})
+	if err != nil {
+		panic(err)
+	}
+	signal.Ignore(syscall.SIGXFSZ) // a write past the limit fails with EFBIG instead
+	var size int64
+	for _, f := range []string{path, path + "-wal"} {
+		if st, err := os.Stat(f); err == nil {
+			size = max(size, st.Size())
+		}
+	}
+	limit := uint64(size + 1<<20)
+	if err := syscall.Setrlimit(syscall.RLIMIT_FSIZE, &syscall.Rlimit{Cur: limit, Max: limit}); err != nil {
+		panic(err)
+	}
+	body := strings.Repeat("a long message to fill the log quickly ", 200)
+	for i := range 200 {
+		ev := testEvent(channel.Group, "g", fmt.Sprint("big-", i), t0.Add(time.Duration(i)*time.Second), body)
+		if _, err := d.Enqueue(context.Background(), inbound.Item{Event: ev}); err != nil {
+			fmt.Printf("failed %s: %v\n", ev.Key(), err)
+			return // no Close: the process ends as a crash would leave it
+		}
+		fmt.Printf("stored %s\n", ev.Key())
+	}
 }

@@ -88,7 +88,6 @@ static int wb_flush(wb_file *p) {
 	rc = real_methods(p)->xWrite(p->real, p->buf, p->n, p->off);
 	__atomic_add_fetch(&wb_issued, 1, __ATOMIC_RELAXED);
 	p->n = 0;
-	p->commitNext = 0;
 	return rc;
 }
 
@@ -148,11 +147,15 @@ static int is_commit_header(const void *data, int amt) {
 
 static int wb_write(walbuf_sqlite3_file *f, const void *data, int amt, walbuf_i64 off) {
 	wb_file *p = (wb_file *)f;
-	int rc;
+	int rc, commit;
 	if (!p->isWal) {
 		return real_methods(p)->xWrite(p->real, data, amt, off);
 	}
 	__atomic_add_fetch(&wb_requested, 1, __ATOMIC_RELAXED);
+	/* Whether this write completes a commit frame is decided by the write
+	 * before it, whatever path this one takes. */
+	commit = p->commitNext;
+	p->commitNext = is_commit_header(data, amt);
 	if (p->n > 0 && off >= p->off && off + amt <= p->off + p->n) {
 		memcpy(p->buf + (off - p->off), data, amt); /* rewrite of buffered bytes */
 	} else if (p->n > 0 && off == p->off + p->n && p->n + amt <= WB_CAP) {
@@ -174,11 +177,8 @@ static int wb_write(walbuf_sqlite3_file *f, const void *data, int amt, walbuf_i6
 		p->off = off;
 		p->n = amt;
 	}
-	if (p->commitNext) {
+	if (commit) {
 		return wb_flush(p); /* the commit frame's page: the commit is complete */
-	}
-	if (is_commit_header(data, amt)) {
-		p->commitNext = 1;
 	}
 	return WB_OK;
 }

@@ -85,8 +85,12 @@ func TestWALBufferCommitSurvivesKill(t *testing.T) {
 }
 
 func walChildEvent(n, i int) channel.Event {
-	return testEvent(channel.Group, "g"+strconv.Itoa(n%3), fmt.Sprint(n, "-", i), t0.Add(time.Duration(n*10+i)*time.Second),
-		"a message written just before the process dies")
+	text := "a message written just before the process dies"
+	if i%4 == 3 {
+		// Larger than the VFS's buffer: its commit is written in parts.
+		text = strings.Repeat("a long message that fills many pages ", 6000)
+	}
+	return testEvent(channel.Group, "g"+strconv.Itoa(n%3), fmt.Sprint(n, "-", i), t0.Add(time.Duration(n*10+i)*time.Second), text)
 }
 
 // walChild writes ten items, each in its own commit, and kills its own
@@ -176,8 +180,13 @@ func walFullChild(path string) {
 		panic(err)
 	}
 	body := strings.Repeat("a long message to fill the log quickly ", 200)
+	huge := strings.Repeat("a message larger than the VFS's buffer ", 5000)
 	for i := range 200 {
-		ev := testEvent(channel.Group, "g", fmt.Sprint("big-", i), t0.Add(time.Duration(i)*time.Second), body)
+		text := body
+		if i%3 == 2 {
+			text = huge // its commit is written in parts
+		}
+		ev := testEvent(channel.Group, "g", fmt.Sprint("big-", i), t0.Add(time.Duration(i)*time.Second), text)
 		if _, err := d.Enqueue(context.Background(), inbound.Item{Event: ev}); err != nil {
 			fmt.Printf("failed %s: %v\n", ev.Key(), err)
 			return // no Close: the process ends as a crash would leave it

@@ -60,9 +60,12 @@ func newEventRow(id, session string, ev *channel.Event, dir memory.Direction, re
 
 // encodeEventRow is newEventRow without the search tokens.
 func encodeEventRow(id, session string, ev *channel.Event, dir memory.Direction, recalled time.Time, now int64) (eventRow, error) {
-	payload, err := json.Marshal(ev)
-	if err != nil {
-		return eventRow{}, fmt.Errorf("%w: encode event %s: %w", ErrInvalid, id, err)
+	payload, ok := appendEventJSON(make([]byte, 0, 256+len(ev.Raw)), ev)
+	if !ok {
+		var err error
+		if payload, err = json.Marshal(ev); err != nil {
+			return eventRow{}, fmt.Errorf("%w: encode event %s: %w", ErrInvalid, id, err)
+		}
 	}
 	et := now
 	if !ev.Time.IsZero() {

@@ -165,7 +165,7 @@ func (s *secretSums) put(k aliasKey, p aliasPair) {
 	s.mu.Unlock()
 }
 
-// NewAliaserWith is NewAliaser with a shared cache of the keyed hashes
+// NewAliaserWith is NewAliaser with a shared cache of finished aliases
 // (nil: none). The aliases are the same as NewAliaser's.
 func NewAliaserWith(secret []byte, sums *AliasSums) (*Aliaser, error) {
 	a, err := NewAliaser(secret)

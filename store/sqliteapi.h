@@ -14,6 +14,7 @@ typedef long long walbuf_i64;
 typedef struct walbuf_sqlite3_file walbuf_sqlite3_file;
 typedef struct walbuf_io_methods walbuf_io_methods;
 typedef struct walbuf_vfs walbuf_vfs;
+typedef struct walbuf_mutex walbuf_mutex; /* sqlite3_mutex, opaque */
 
 /* sqlite3_file: every open file starts with its method table. */
 struct walbuf_sqlite3_file {
@@ -97,7 +98,8 @@ int pcache_install(void);
 /* How many balance swaps the wrapper parked under its own number (tests). */
 walbuf_i64 pcache_parks(void);
 
-/* Registers the VFS under name (once per process); an SQLite result code. */
+/* Registers the VFS under name; an SQLite result code. Call it once per
+ * process. */
 int walbuf_register(const char *name);
 
 /* Counters for tests and benchmarks: WAL writes SQLite asked for, and the

@@ -25,7 +25,6 @@
  * rewrites a frame of the transaction in progress in place) update the
  * buffer.
  */
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -34,6 +33,7 @@
 /* SQLite constants used here (values from the documentation). */
 #define WB_OK 0
 #define WB_ERROR 1
+#define WB_NOMEM 7
 #define WB_OPEN_MAIN_DB 0x00000100
 #define WB_OPEN_WAL 0x00080000
 #define WB_FRAME_HEADER 24
@@ -42,6 +42,11 @@
 extern walbuf_vfs *sqlite3_vfs_find(const char *zVfsName);
 extern int sqlite3_vfs_register(walbuf_vfs *, int makeDflt);
 extern const char *sqlite3_filename_database(const char *);
+extern walbuf_mutex *sqlite3_mutex_alloc(int);
+extern void sqlite3_mutex_enter(walbuf_mutex *);
+extern void sqlite3_mutex_leave(walbuf_mutex *);
+extern int sqlite3_threadsafe(void);
+#define WB_MUTEX_FAST 0
 
 /* WB_CAP bounds the buffered bytes: a larger commit is written in parts.
  * The unix VFS writes at most 128 KiB - 1 bytes per call (it masks the
@@ -66,7 +71,7 @@ struct wb_file {
 
 static walbuf_vfs wb_vfs;
 static walbuf_vfs *wb_real;
-static pthread_mutex_t wb_mu = PTHREAD_MUTEX_INITIALIZER; /* guards wb_mains and registration */
+static walbuf_mutex *wb_mu; /* guards wb_mains; SQLite's own mutex, so no thread library is needed */
 static wb_file *wb_mains;
 static walbuf_i64 wb_requested, wb_issued;
 
@@ -102,16 +107,16 @@ static int wb_close(walbuf_sqlite3_file *f) {
 	int rc = WB_OK, rc2;
 	if (p->isWal) {
 		rc = wb_flush(p);
-		pthread_mutex_lock(&wb_mu);
+		sqlite3_mutex_enter(wb_mu);
 		if (p->db) {
 			p->db->wal = 0;
 		}
-		pthread_mutex_unlock(&wb_mu);
+		sqlite3_mutex_leave(wb_mu);
 		free(p->buf);
 		p->buf = 0;
 	} else if (p->name) {
 		wb_file **pp;
-		pthread_mutex_lock(&wb_mu);
+		sqlite3_mutex_enter(wb_mu);
 		for (pp = &wb_mains; *pp; pp = &(*pp)->next) {
 			if (*pp == p) {
 				*pp = p->next;
@@ -121,7 +126,7 @@ static int wb_close(walbuf_sqlite3_file *f) {
 		if (p->wal) {
 			p->wal->db = 0;
 		}
-		pthread_mutex_unlock(&wb_mu);
+		sqlite3_mutex_leave(wb_mu);
 	}
 	rc2 = real_methods(p)->xClose(p->real);
 	return rc != WB_OK ? rc : rc2;
@@ -338,10 +343,10 @@ static int wb_open(walbuf_vfs *vfs, const char *name, walbuf_sqlite3_file *f, in
 	}
 	if ((flags & WB_OPEN_MAIN_DB) && name) {
 		p->name = name;
-		pthread_mutex_lock(&wb_mu);
+		sqlite3_mutex_enter(wb_mu);
 		p->next = wb_mains;
 		wb_mains = p;
-		pthread_mutex_unlock(&wb_mu);
+		sqlite3_mutex_leave(wb_mu);
 	} else if ((flags & WB_OPEN_WAL) && name) {
 		/* SQLite names a WAL inside its database's name block, so the
 		 * database's name pointer identifies the connection's main file.
@@ -349,7 +354,7 @@ static int wb_open(walbuf_vfs *vfs, const char *name, walbuf_sqlite3_file *f, in
 		 * is not buffered: its commits would miss the barrier's flush. */
 		const char *db = sqlite3_filename_database(name);
 		wb_file *m;
-		pthread_mutex_lock(&wb_mu);
+		sqlite3_mutex_enter(wb_mu);
 		for (m = wb_mains; m; m = m->next) {
 			if (m->name == db) {
 				m->wal = p;
@@ -358,7 +363,7 @@ static int wb_open(walbuf_vfs *vfs, const char *name, walbuf_sqlite3_file *f, in
 				break;
 			}
 		}
-		pthread_mutex_unlock(&wb_mu);
+		sqlite3_mutex_leave(wb_mu);
 	}
 	p->base.pMethods = &wb_io;
 	return WB_OK;
@@ -413,19 +418,15 @@ static int wb_current_time64(walbuf_vfs *v, walbuf_i64 *t) {
 	return wb_real->xCurrentTimeInt64(wb_real, t);
 }
 
+/* walbuf_register is called once per process (the Go side guarantees it). */
 int walbuf_register(const char *name) {
-	static int rc = -1;
-	walbuf_vfs *real;
-	pthread_mutex_lock(&wb_mu);
-	if (rc != -1) {
-		pthread_mutex_unlock(&wb_mu);
-		return rc;
-	}
-	real = sqlite3_vfs_find(0);
+	walbuf_vfs *real = sqlite3_vfs_find(0); /* this initializes SQLite */
 	if (!real || real->iVersion < 2 || !real->xCurrentTimeInt64) {
-		rc = WB_ERROR;
-		pthread_mutex_unlock(&wb_mu);
-		return rc;
+		return WB_ERROR;
+	}
+	wb_mu = sqlite3_mutex_alloc(WB_MUTEX_FAST);
+	if (!wb_mu && sqlite3_threadsafe()) {
+		return WB_NOMEM;
 	}
 	wb_real = real;
 	memset(&wb_vfs, 0, sizeof(wb_vfs));
@@ -446,7 +447,5 @@ int walbuf_register(const char *name) {
 	wb_vfs.xCurrentTime = wb_current_time;
 	wb_vfs.xGetLastError = wb_last_error;
 	wb_vfs.xCurrentTimeInt64 = wb_current_time64;
-	rc = sqlite3_vfs_register(&wb_vfs, 0);
-	pthread_mutex_unlock(&wb_mu);
-	return rc;
+	return sqlite3_vfs_register(&wb_vfs, 0);
 }

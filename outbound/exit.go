@@ -12,29 +12,83 @@ import (
 // SecretMask replaces every masked secret.
 const SecretMask = "[redacted]"
 
-var secretPatterns = []*regexp.Regexp{
+// secretPattern is a masking pattern and a cheap pre-check: may reports
+// false only for a text the pattern cannot match, so the regular
+// expression runs only where it might (ten passes over every reply were 2 %
+// of the pipeline's CPU on the reply path). TestMaskSecretsPreChecks and
+// FuzzMaskSecrets hold the checks to the expressions.
+type secretPattern struct {
+	re  *regexp.Regexp
+	may func(text string) bool
+}
+
+// contains is a pre-check for a case-sensitive literal the pattern needs.
+func contains(lits ...string) func(string) bool {
+	return func(text string) bool {
+		for _, l := range lits {
+			if strings.Contains(text, l) {
+				return true
+			}
+		}
+		return false
+	}
+}
+
+// containsFold is a pre-check for (?i) patterns: one of the lower-case
+// ASCII words must appear in any case. A text with non-ASCII bytes always
+// passes: case folding there has more forms (U+212A folds to k, U+017F to
+// s) than an ASCII check sees.
+func containsFold(words ...string) func(string) bool {
+	return func(text string) bool {
+		for i := 0; i < len(text); i++ {
+			if text[i] >= 0x80 {
+				return true
+			}
+		}
+		lower := strings.ToLower(text)
+		for _, w := range words {
+			if strings.Contains(lower, w) {
+				return true
+			}
+		}
+		return false
+	}
+}
+
+var secretPatterns = []secretPattern{
 	// Private keys (PEM blocks).
-	regexp.MustCompile(`(?s)-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----.*?(-----END [A-Z0-9 ]*PRIVATE KEY-----|$)`),
+	{regexp.MustCompile(`(?s)-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----.*?(-----END [A-Z0-9 ]*PRIVATE KEY-----|$)`),
+		contains("-----BEGIN ")},
 	// Well-known token shapes.
-	regexp.MustCompile(`\bsk-[A-Za-z0-9_\-]{16,}`),
-	regexp.MustCompile(`\b(ghp|gho|ghu|ghs|ghr|github_pat)_[A-Za-z0-9_]{20,}`),
-	regexp.MustCompile(`\bxox[abprs]-[A-Za-z0-9\-]{10,}`),
-	regexp.MustCompile(`\bAKIA[0-9A-Z]{16}\b`),
-	regexp.MustCompile(`\bAIza[0-9A-Za-z_\-]{35}`),
-	regexp.MustCompile(`\b\d{8,10}:[A-Za-z0-9_\-]{35}\b`), // Telegram bot token
-	regexp.MustCompile(`\beyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}`),
+	{regexp.MustCompile(`\bsk-[A-Za-z0-9_\-]{16,}`), contains("sk-")},
+	{regexp.MustCompile(`\b(ghp|gho|ghu|ghs|ghr|github_pat)_[A-Za-z0-9_]{20,}`), contains("gh", "github_pat_")},
+	{regexp.MustCompile(`\bxox[abprs]-[A-Za-z0-9\-]{10,}`), contains("xox")},
+	{regexp.MustCompile(`\bAKIA[0-9A-Z]{16}\b`), contains("AKIA")},
+	{regexp.MustCompile(`\bAIza[0-9A-Za-z_\-]{35}`), contains("AIza")},
+	{regexp.MustCompile(`\b\d{8,10}:[A-Za-z0-9_\-]{35}\b`), contains(":")}, // Telegram bot token
+	{regexp.MustCompile(`\beyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}`), contains("eyJ")},
 	// Authorization headers.
-	regexp.MustCompile(`(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/\-]{16,}=*`),
+	{regexp.MustCompile(`(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/\-]{16,}=*`), containsFold("bearer", "basic")},
 }
 
 // keyValueSecret matches "api_key=…", "token: …", "password=…" and
 // cookie headers; the value is masked, the key kept.
-var keyValueSecret = regexp.MustCompile(`(?i)\b((?:api[_-]?key|access[_-]?token|refresh[_-]?token|secret|password|passwd|token|session[_-]?id|cookie|set-cookie)["']?\s*[:=]\s*)("[^"\n]*"|'[^'\n]*'|[^\s,;]+(?:;\s*[^\s,;=]+=[^\s,;]+)*)`)
+var keyValueSecret = secretPattern{
+	regexp.MustCompile(`(?i)\b((?:api[_-]?key|access[_-]?token|refresh[_-]?token|secret|password|passwd|token|session[_-]?id|cookie|set-cookie)["']?\s*[:=]\s*)("[^"\n]*"|'[^'\n]*'|[^\s,;]+(?:;\s*[^\s,;=]+=[^\s,;]+)*)`),
+	func(text string) bool {
+		return strings.ContainsAny(text, ":=") && containsFold("key", "token", "secret", "passw", "session", "cookie")(text)
+	},
+}
 
 // MaskSecrets masks the configured credential values (by value, longest
 // first), private keys, well-known token shapes, key=value secrets and
 // cookies in text.
 func MaskSecrets(text string, secrets []string) string {
+	return maskSecrets(text, secrets, true)
+}
+
+// maskSecrets is MaskSecrets; without checks it runs every expression.
+func maskSecrets(text string, secrets []string, checks bool) string {
 	vals := slices.Clone(secrets)
 	slices.SortFunc(vals, func(a, b string) int { return len(b) - len(a) })
 	for _, v := range vals {
@@ -42,10 +96,15 @@ func MaskSecrets(text string, secrets []string) string {
 			text = strings.ReplaceAll(text, v, SecretMask)
 		}
 	}
-	for _, re := range secretPatterns {
-		text = re.ReplaceAllString(text, SecretMask)
+	for _, p := range secretPatterns {
+		if !checks || p.may(text) {
+			text = p.re.ReplaceAllString(text, SecretMask)
+		}
 	}
-	return keyValueSecret.ReplaceAllString(text, "${1}"+SecretMask)
+	if checks && !keyValueSecret.may(text) {
+		return text
+	}
+	return keyValueSecret.re.ReplaceAllString(text, "${1}"+SecretMask)
 }
 
 var (

@@ -71,12 +71,16 @@ var secretPatterns = []secretPattern{
 	{regexp.MustCompile(`(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/\-]{16,}=*`), containsFold("bearer", "basic")},
 }
 
+// keyValueWords is keyValueSecret's keyword check (made once: the pattern
+// runs on every reply).
+var keyValueWords = containsFold("key", "token", "secret", "passw", "session", "cookie")
+
 // keyValueSecret matches "api_key=…", "token: …", "password=…" and
 // cookie headers; the value is masked, the key kept.
 var keyValueSecret = secretPattern{
 	regexp.MustCompile(`(?i)\b((?:api[_-]?key|access[_-]?token|refresh[_-]?token|secret|password|passwd|token|session[_-]?id|cookie|set-cookie)["']?\s*[:=]\s*)("[^"\n]*"|'[^'\n]*'|[^\s,;]+(?:;\s*[^\s,;=]+=[^\s,;]+)*)`),
 	func(text string) bool {
-		return strings.ContainsAny(text, ":=") && containsFold("key", "token", "secret", "passw", "session", "cookie")(text)
+		return strings.ContainsAny(text, ":=") && keyValueWords(text)
 	},
 }
 

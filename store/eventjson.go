@@ -93,9 +93,9 @@ func appendEventJSON(dst []byte, ev *channel.Event) (_ []byte, ok bool) {
 		if err := json.Compact(&compact, ev.Raw); err != nil {
 			return dst, false
 		}
-		var escaped bytes.Buffer
-		json.HTMLEscape(&escaped, compact.Bytes())
-		dst = append(dst, escaped.Bytes()...)
+		out := bytes.NewBuffer(dst) // HTMLEscape appends to dst
+		json.HTMLEscape(out, compact.Bytes())
+		dst = out.Bytes()
 	}
 	return append(dst, '}'), true
 }

@@ -45,6 +45,14 @@ func TestWALBufferGathersACommitsFrames(t *testing.T) {
 	require.GreaterOrEqual(t, requested, 4*issued, "a commit's frames go out in one write")
 }
 
+// childTest runs the test binary again for test alone, with env added to
+// the environment (a test's child-process side reads it).
+func childTest(test string, env ...string) *exec.Cmd {
+	cmd := exec.Command(os.Args[0], "-test.run=^"+test+"$", "-test.count=1")
+	cmd.Env = append(os.Environ(), env...)
+	return cmd
+}
+
 // walChildEnv names the database a child process of
 // TestWALBufferCommitSurvivesKill writes to.
 const walChildEnv = "PERSONA_STORE_WALBUF_CHILD"
@@ -62,8 +70,7 @@ func TestWALBufferCommitSurvivesKill(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "persona.db")
 	const runs = 8
 	for n := range runs {
-		cmd := exec.Command(os.Args[0], "-test.run=^TestWALBufferCommitSurvivesKill$", "-test.count=1")
-		cmd.Env = append(os.Environ(), walChildEnv+"="+path, walChildEnv+"_N="+strconv.Itoa(n))
+		cmd := childTest("TestWALBufferCommitSurvivesKill", walChildEnv+"="+path, walChildEnv+"_N="+strconv.Itoa(n))
 		out, err := cmd.CombinedOutput()
 		var ee *exec.ExitError
 		require.ErrorAs(t, err, &ee, "the child must die by SIGKILL: %s", out)
@@ -129,9 +136,7 @@ func TestWALBufferWriteFailureFailsTheCommit(t *testing.T) {
 		t.Skip("re-executes the test binary")
 	}
 	path := filepath.Join(t.TempDir(), "persona.db")
-	cmd := exec.Command(os.Args[0], "-test.run=^TestWALBufferWriteFailureFailsTheCommit$", "-test.count=1")
-	cmd.Env = append(os.Environ(), walFullEnv+"="+path)
-	out, err := cmd.Output()
+	out, err := childTest("TestWALBufferWriteFailureFailsTheCommit", walFullEnv+"="+path).Output()
 	require.NoError(t, err, "child: %s", out)
 	var stored []string
 	failed := false

@@ -97,6 +97,22 @@ func (h *harness) say(chat channel.Chat, from channel.Sender, text string, opts 
 	return ev
 }
 
+// reconnectAfterSnooze waits until ev's turn, whose send found the
+// channel offline, is back in the queue with no attempt charged (why says
+// what that shows), then takes the channel offline and online again and
+// moves the clock until the reply is sent.
+func (h *harness) reconnectAfterSnooze(ev channel.Event, why string) {
+	h.t.Helper()
+	ctx := h.t.Context()
+	require.Eventually(h.t, func() bool {
+		r, err := h.p.Lookup(ctx, ev.Key())
+		return err == nil && r.Status == inbound.StatusPending && r.Attempts == 0
+	}, 10*time.Second, 5*time.Millisecond, why)
+	h.ch.SetOnline(ctx, false)
+	h.ch.SetOnline(ctx, true)
+	h.advanceUntil(persona.DefaultOfflineRetry, func() bool { return h.has(ev) })
+}
+
 // advanceUntil moves the fake clock forward in steps, waking the
 // dispatcher each time, until cond holds.
 func (h *harness) advanceUntil(step time.Duration, cond func() bool) {
@@ -334,16 +350,9 @@ func TestDefinitiveSendRejection(t *testing.T) {
 func TestOfflineSendWaitsForReconnect(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, agenttest.New(agenttest.Reply("back online")), nil)
-	ctx := t.Context()
 	h.ch.FailNext(1, channel.ErrOffline)
 	ev := h.say(dmAlice, alice, "hi")
-	require.Eventually(t, func() bool {
-		r, err := h.p.Lookup(ctx, ev.Key())
-		return err == nil && r.Status == inbound.StatusPending && r.Attempts == 0
-	}, 10*time.Second, 5*time.Millisecond, "offline snoozes without charging an attempt")
-	h.ch.SetOnline(ctx, false)
-	h.ch.SetOnline(ctx, true)
-	h.advanceUntil(persona.DefaultOfflineRetry, func() bool { return h.has(ev) })
+	h.reconnectAfterSnooze(ev, "offline snoozes without charging an attempt")
 	o := h.outcome(ev)
 	require.Equal(t, outcome.Replied, o.Code)
 	require.Len(t, h.ch.Sent(), 1)

@@ -288,16 +288,9 @@ func TestHeldClaimStoredBeforeResumedSend(t *testing.T) {
 	})
 	p := h.db.Path()
 	path.Store(&p)
-	ctx := t.Context()
 	h.ch.FailNext(1, channel.ErrOffline)
 	ev := h.say(group1, alice, "does anyone know the answer?")
-	require.Eventually(t, func() bool {
-		r, err := h.p.Lookup(ctx, ev.Key())
-		return err == nil && r.Status == inbound.StatusPending && r.Attempts == 0
-	}, 10*time.Second, 5*time.Millisecond, "offline snoozes the turn, its draft saved")
-	h.ch.SetOnline(ctx, false)
-	h.ch.SetOnline(ctx, true)
-	h.advanceUntil(persona.DefaultOfflineRetry, func() bool { return h.has(ev) })
+	h.reconnectAfterSnooze(ev, "offline snoozes the turn, its draft saved")
 	require.Equal(t, outcome.RepliedProactive, h.outcome(ev).Code)
 	chats := 0
 	for _, r := range model.Requests() {

@@ -46,3 +46,30 @@ func TestStoredEventMatchesJSON(t *testing.T) {
 		}
 	}
 }
+
+// The decode cache answers from memory only for the payload it holds: a
+// row stored again with another payload is decoded again.
+func TestEventCacheDecodesChangedPayloads(t *testing.T) {
+	c := newEventCache()
+	first := testEvent(channel.Group, "g", "1", t0, "first text")
+	p1, err := json.Marshal(&first)
+	require.NoError(t, err)
+	c.put("k", p1, &first)
+	got, err := c.decode("k", p1)
+	require.NoError(t, err)
+	require.Equal(t, "first text", got.Text())
+
+	edited := first
+	edited.Segments = []channel.Segment{channel.Text("edited text")}
+	p2, err := json.Marshal(&edited)
+	require.NoError(t, err)
+	got, err = c.decode("k", p2)
+	require.NoError(t, err)
+	require.Equal(t, "edited text", got.Text(), "a changed payload is decoded, not served from the cache")
+	got, err = c.decode("k", p2)
+	require.NoError(t, err)
+	require.Equal(t, "edited text", got.Text())
+
+	_, err = c.decode("other", []byte("{not json"))
+	require.Error(t, err)
+}

@@ -69,12 +69,8 @@ var flagGenSeed = maphash.MakeSeed()
 // every subject's flag of that name, and the session's "no subject flags
 // of that name" answer, share it.
 func genSlot(session, name string) int {
-	var h maphash.Hash
-	h.SetSeed(flagGenSeed)
-	h.WriteString(session)
-	h.WriteByte(0)
-	h.WriteString(name)
-	return int(h.Sum64() % flagGenSlots)
+	h := maphash.String(flagGenSeed, session) ^ maphash.String(flagGenSeed, name)*0x9e3779b97f4a7c15
+	return int(h % flagGenSlots)
 }
 
 type flagCacheKey struct{ session, subject, name string }
@@ -111,14 +107,18 @@ func (c *FlagCache) expiry() time.Time {
 // GetFlag implements Flags.
 func (c *FlagCache) GetFlag(ctx context.Context, sessionKey, subject, name string) (Flag, bool, error) {
 	k := flagCacheKey{sessionKey, subject, name}
-	slot := genSlot(sessionKey, name)
 	c.mu.RLock()
 	e, hit := c.m[k]
-	gen := c.gens[slot]
 	c.mu.RUnlock()
 	if hit && (e.until.IsZero() || c.clk.Now().Before(e.until)) {
 		return e.f, e.ok, nil
 	}
+	// A miss: note the slot's count before the store read (a write that
+	// lands after this note drops the fill below).
+	slot := genSlot(sessionKey, name)
+	c.mu.RLock()
+	gen := c.gens[slot]
+	c.mu.RUnlock()
 	if subject != "" && c.prober != nil {
 		none, err := c.noSubjectFlags(ctx, sessionKey, name)
 		if err != nil {

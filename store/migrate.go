@@ -92,6 +92,17 @@ func migrate(ctx context.Context, conn *sql.Conn, log *slog.Logger) error {
 		}
 		log.Info("store: migration applied", "migration", m.name, "version", m.version)
 	}
+	// A migration may edit sqlite_schema directly (0009 does): SQLite
+	// notices such a change in other connections only by the schema
+	// cookie, which an UPDATE of sqlite_schema leaves alone. Increasing it
+	// after any migration is harmless: connections reload their schema.
+	var cookie int64
+	if err := tx.QueryRowContext(ctx, "PRAGMA schema_version").Scan(&cookie); err != nil {
+		return fmt.Errorf("migrate: read schema version: %w", err)
+	}
+	if _, err := tx.ExecContext(ctx, "PRAGMA schema_version = "+strconv.FormatInt(cookie+1, 10)); err != nil {
+		return fmt.Errorf("migrate: set schema version: %w", err)
+	}
 	if _, err := tx.ExecContext(ctx, "PRAGMA user_version = "+strconv.Itoa(len(ms))); err != nil {
 		return fmt.Errorf("migrate: set version: %w", err)
 	}

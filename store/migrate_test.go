@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -181,4 +182,100 @@ VALUES ('turn-1', 0, 'fp0', 'sent', '["m1"]', 5, 2, 5), ('turn-1', 1, 'fp1', 'in
 	again, err := d.SaveDraft(ctx, outbound.Draft{TurnID: "turn-1", Reason: "other"})
 	require.NoError(t, err)
 	require.Equal(t, dr, again)
+}
+
+// TestCheckListMigration: migration 0009 rewrites the CHECK constraints
+// that tested membership in a list of three or more constants as
+// comparisons. Stored rows stay, the constraints accept and reject the
+// same values, the writes no longer build an ephemeral table, and a
+// connection that read the old schema before the migration sees the new
+// one (the runner increments schema_version).
+func TestCheckListMigration(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "v8.db")
+	raw := openAtVersion(t, path, 8)
+	defer func() { require.NoError(t, raw.Close()) }()
+	raw.SetMaxOpenConns(1)
+	_, err := raw.Exec(`INSERT INTO message_events (id, session_key, event_time, payload, direction, created_at)
+VALUES ('m1', 's', 1, '{}', 'in', 1), ('m2', 's', 2, '{}', 'out', 2)`)
+	require.NoError(t, err)
+	_, err = raw.Exec(`INSERT INTO inbound_items (rid, id, session_key, chat_kind, event_time, status, available_at,
+    outcome, enqueued_at, created_at, updated_at)
+VALUES (1, 'm1', 's', 'group', 1, 'done', 1, 'replied', 1, 1, 1)`)
+	require.NoError(t, err)
+	_, err = raw.Exec(`INSERT INTO delivery_ledger (turn_id, slot, fingerprint, state, created_at, updated_at)
+VALUES ('turn', 0, 'fp', 'sent', 1, 1)`)
+	require.NoError(t, err)
+	insertItem := `INSERT INTO inbound_items (rid, id, session_key, chat_kind, event_time, status, available_at,
+    enqueued_at, created_at, updated_at) VALUES (?1, ?2, 's', 'group', 1, ?3, 1, 1, 1, 1)`
+	ops := func(db *sql.DB, q string) string {
+		rows, err := db.Query("EXPLAIN "+q, 0, "", "")
+		require.NoError(t, err)
+		defer func() { _ = rows.Close() }()
+		var all []string
+		for rows.Next() {
+			var addr, p1, p2, p3, p4, p5, comment any
+			var op string
+			require.NoError(t, rows.Scan(&addr, &op, &p1, &p2, &p3, &p4, &p5, &comment))
+			all = append(all, op)
+		}
+		require.NoError(t, rows.Err())
+		return strings.Join(all, " ")
+	}
+	require.Contains(t, ops(raw, insertItem), "OpenEphemeral", "version 8 builds the list on every insert")
+
+	d, err := Open(path, Options{Clock: clock.NewFake(t0)})
+	require.NoError(t, err)
+	defer func() { require.NoError(t, d.Close()) }()
+	ctx := t.Context()
+
+	var schema string
+	require.NoError(t, d.rdb.QueryRowContext(ctx,
+		`SELECT group_concat(sql, ';') FROM sqlite_schema WHERE name IN ('message_events', 'inbound_items', 'delivery_ledger', 'memory_items', 'memory_jobs')`).Scan(&schema))
+	require.False(t, inList3.MatchString(schema), schema)
+	for _, want := range []string{
+		`CHECK (direction = 'in' OR direction = 'out' OR direction = 'notice')`,
+		`CHECK (status = 'pending' OR status = 'leased' OR status = 'done')`,
+		`CHECK (state = 'draft' OR state = 'intent' OR state = 'sent')`,
+		`CHECK (scope = 'user' OR scope = 'group' OR scope = 'private' OR scope = 'global')`,
+		`CHECK (kind = 'fact' OR kind = 'preference' OR kind = 'relation' OR kind = 'episode' OR kind = 'instruction')`,
+		`CHECK (status = 'active' OR status = 'superseded' OR status = 'forgotten')`,
+		`CHECK (status = 'pending' OR status = 'leased' OR status = 'done' OR status = 'failed' OR status = 'cancelled')`,
+		`CHECK (chat_kind IN ('group', 'private'))`, // two values are compared directly: left as it was
+	} {
+		require.Contains(t, schema, want)
+	}
+	var check string
+	require.NoError(t, d.rdb.QueryRowContext(ctx, "PRAGMA integrity_check").Scan(&check))
+	require.Equal(t, "ok", check)
+	rec, err := d.Lookup(ctx, "m1")
+	require.NoError(t, err)
+	require.Equal(t, outcome.Replied, rec.Outcome.Code)
+	slots, err := d.Slots(ctx, "turn")
+	require.NoError(t, err)
+	require.Len(t, slots, 1)
+
+	// The old connection reloads the schema when it next runs a statement
+	// (EXPLAIN alone compiles with the schema it has): the constraints
+	// accept exactly what they accepted, and no list is built.
+	for i, status := range []string{"pending", "leased", "done"} {
+		_, err := raw.Exec(insertItem, 10+i, fmt.Sprint("ok-", i), status)
+		require.NoError(t, err, status)
+	}
+	require.NotContains(t, ops(raw, insertItem), "OpenEphemeral")
+	for i, status := range []string{"Done", "", "failed"} {
+		_, err := raw.Exec(insertItem, 20+i, fmt.Sprint("bad-", i), status)
+		require.ErrorContains(t, err, "CHECK constraint failed", status)
+	}
+	for table, bad := range map[string]string{
+		"message_events":  `INSERT INTO message_events (id, session_key, event_time, payload, direction, created_at) VALUES ('x', 's', 1, '{}', 'sideways', 1)`,
+		"delivery_ledger": `INSERT INTO delivery_ledger (turn_id, slot, fingerprint, state, created_at, updated_at) VALUES ('t', 1, '', 'lost', 1, 1)`,
+		"memory_jobs": `INSERT INTO memory_jobs (message_key, session_key, status, available_at, created_at, updated_at)
+VALUES ('k', 's', 'waiting', 1, 1, 1)`,
+		"memory_items": `INSERT INTO memory_items (scope, key, kind, content, event_time, source_type, confidence, importance,
+    status, created_at, updated_at) VALUES ('user', 'k', 'rumour', 'c', 1, 'explicit', 1, 1, 'active', 1, 1)`,
+	} {
+		_, err := raw.Exec(bad)
+		require.ErrorContains(t, err, "CHECK constraint failed", table)
+	}
 }

@@ -34,7 +34,12 @@ func open(t testing.TB, clk clock.Clock, opts ...func(*Options)) *DB {
 	}
 	d, err := Open(filepath.Join(t.TempDir(), "persona.db"), o)
 	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, d.Close()) })
+	t.Cleanup(func() {
+		if !t.Failed() {
+			requireNoEphemeralTables(t, d)
+		}
+		require.NoError(t, d.Close())
+	})
 	return d
 }
 

@@ -208,6 +208,7 @@ func (p *Pipeline) generate(ctx context.Context, l inbound.Lease, t *gate.Turn, 
 		}
 	}
 	hist = memory.After(keepBefore(hist, &l), watermark)
+	in.History = make([]agent.ChatMessage, 0, len(hist))
 	for _, e := range hist {
 		in.History = append(in.History, agent.ChatMessageFromEvent(&e.Event, e.Direction == memory.Out))
 	}

@@ -675,6 +675,11 @@ func (b *ContextBuilder) render(blocks []Block, asm *Assembled) {
 			continue
 		}
 		sb.Reset()
+		size := len(bl.Title)
+		for _, u := range bl.Units {
+			size += len(u.Text) + 1
+		}
+		sb.Grow(size)
 		var parts []Part
 		if bl.Title != "" {
 			sb.WriteString(bl.Title)
@@ -706,9 +711,28 @@ func (b *ContextBuilder) render(blocks []Block, asm *Assembled) {
 	}
 	asm.Messages = msgs
 	asm.PrefixLen = prefixLen
-	asm.prefix = AppendPromptBytes(make([]byte, 0, 64*prefixLen+1024), msgs[:prefixLen])
+	asm.prefix = AppendPromptBytes(make([]byte, 0, promptBytesLen(msgs[:prefixLen])), msgs[:prefixLen])
 	sum := sha256.Sum256(asm.prefix)
 	asm.PrefixHash = hex.EncodeToString(sum[:])
+}
+
+// promptBytesLen is the length of AppendPromptBytes(nil, msgs).
+func promptBytesLen(msgs []Message) int {
+	n := 0
+	for i := range msgs {
+		m := &msgs[i]
+		n += len(m.Role) + len(m.Name) + len(m.Content) + 3
+		for _, p := range m.Parts {
+			n += len(p.ImageURL) + len(p.Detail) + 2
+		}
+		for _, tc := range m.ToolCalls {
+			n += len(tc.ID) + len(tc.Name) + len(tc.Arguments) + 3
+		}
+		if m.ToolCallID != "" {
+			n += 1 + len(m.ToolCallID)
+		}
+	}
+	return n
 }
 
 // AppendPromptBytes appends the canonical bytes of msgs to dst: what an

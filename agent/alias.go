@@ -168,14 +168,7 @@ func (s *secretSums) put(k aliasKey, p aliasPair) {
 // NewAliaserWith is NewAliaser with a shared cache of finished aliases
 // (nil: none). The aliases are the same as NewAliaser's.
 func NewAliaserWith(secret []byte, sums *AliasSums) (*Aliaser, error) {
-	hint := 0
-	if sums != nil {
-		// An Aliaser sharing sums is a turn's: it registers the ids of a
-		// history window, so its maps start at that size instead of
-		// growing (and rehashing) on the way.
-		hint = turnAliases
-	}
-	a, err := newAliaser(secret, hint)
+	a, err := NewAliaser(secret)
 	if err != nil {
 		return nil, err
 	}
@@ -187,23 +180,15 @@ func NewAliaserWith(secret []byte, sums *AliasSums) (*Aliaser, error) {
 
 // NewAliaser returns an Aliaser for a session secret (at least
 // MinSecretLen bytes; see NewAliasSecret).
-func NewAliaser(secret []byte) (*Aliaser, error) { return newAliaser(secret, 0) }
-
-// turnAliases is the number of aliases a turn's Aliaser has room for from
-// the start: the message, sender and quote ids of a few dozen messages (a
-// longer history grows the maps from there).
-const turnAliases = 96
-
-// newAliaser is NewAliaser with room for hint aliases.
-func newAliaser(secret []byte, hint int) (*Aliaser, error) {
+func NewAliaser(secret []byte) (*Aliaser, error) {
 	if len(secret) < MinSecretLen {
 		return nil, ErrShortSecret
 	}
 	return &Aliaser{
 		secret: bytes.Clone(secret),
-		fwd:    make(map[aliasKey]string, hint),
-		back:   make(map[string]aliasKey, hint),
-		users:  make(map[string]string, hint/4),
+		fwd:    make(map[aliasKey]string),
+		back:   make(map[string]aliasKey),
+		users:  make(map[string]string),
 	}, nil
 }
 

@@ -166,8 +166,8 @@ func (p *Pipeline) sessionValue(ctx context.Context, session, name string, make 
 // the clock and the current message, with ids aliased) and runs the
 // Runner. The reply comes back with real ids restored. raw is the
 // session's history as the turn already read it (at least historyWindow
-// newest entries, see historyRead), or nil to read it here; generate
-// filters it in place, so the caller must not use it afterwards.
+// newest entries, see historyRead), or nil to read it here; it may be
+// shared with the History (memory.RecentOf), so generate only reads it.
 func (p *Pipeline) generate(ctx context.Context, l inbound.Lease, t *gate.Turn, extra []channel.Event, rec *inbound.Outcome, raw []memory.Entry) (string, usageInfo, []string, error) {
 	g, ev := p.gen, l.Event
 	secret, err := p.sessionValue(ctx, l.SessionKey, flagAliasSecret, func() (string, error) {
@@ -200,17 +200,18 @@ func (p *Pipeline) generate(ctx context.Context, l inbound.Lease, t *gate.Turn, 
 			in.Summary, watermark = sum.Text, sum.Watermark
 		}
 	}
-	// raw is this turn's and not used after generation: filter in place.
+	// raw may be shared with the History (memory.RecentOf): read only.
 	hist := raw[max(0, len(raw)-historyWindow):]
 	if raw == nil {
-		if hist, err = p.opt.History.Recent(ctx, l.SessionKey, historyWindow); err != nil {
+		if hist, err = memory.RecentOf(ctx, p.opt.History, l.SessionKey, historyWindow); err != nil {
 			return "", usageInfo{}, nil, fmt.Errorf("history: %w", err)
 		}
 	}
-	hist = memory.After(keepBefore(hist, &l), watermark)
 	in.History = make([]agent.ChatMessage, 0, len(hist))
-	for _, e := range hist {
-		in.History = append(in.History, agent.ChatMessageFromEvent(&e.Event, e.Direction == memory.Out))
+	for i := range hist {
+		if e := &hist[i]; isContext(e, &l) && watermark.Precedes(e) {
+			in.History = append(in.History, agent.ChatMessageFromEvent(&e.Event, e.Direction == memory.Out))
+		}
 	}
 	for _, e := range extra {
 		in.Candidates = append(in.Candidates, agent.ChatMessageFromEvent(&e, false))
@@ -305,21 +306,6 @@ func (p *Pipeline) before(hist []memory.Entry, l inbound.Lease) []memory.Entry {
 		}
 	}
 	return out
-}
-
-// keepBefore is before done in place: hist is the caller's to overwrite.
-func keepBefore(hist []memory.Entry, l *inbound.Lease) []memory.Entry {
-	n := 0
-	for i := range hist {
-		if isContext(&hist[i], l) {
-			if n != i {
-				hist[n] = hist[i]
-			}
-			n++
-		}
-	}
-	clear(hist[n:])
-	return hist[:n]
 }
 
 // isContext reports whether a history entry is context for the current

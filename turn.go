@@ -275,7 +275,7 @@ func (p *Pipeline) turn(ctx context.Context, l inbound.Lease, heartbeat func()) 
 	lastBot := newestBotMessage(hist)
 	if hist == nil {
 		var err error
-		if raw, err = p.opt.History.Recent(ctx, l.SessionKey, p.historyRead()); err != nil {
+		if raw, err = memory.RecentOf(ctx, p.opt.History, l.SessionKey, p.historyRead()); err != nil {
 			return action{kind: actRetry, err: fmt.Errorf("read history: %w", err)}
 		}
 		// Replies to messages newer than this one count too: the review's

@@ -275,11 +275,9 @@ func After(entries []Entry, wm Watermark) []Entry {
 		return entries
 	}
 	out := entries[:0]
-	for _, e := range entries {
-		t := e.Event.Time
-		key := cmp.Or(e.Key, e.Event.Key())
-		if t.After(wm.Time) || (t.Equal(wm.Time) && key > wm.Key) {
-			out = append(out, e)
+	for i := range entries {
+		if wm.Precedes(&entries[i]) {
+			out = append(out, entries[i])
 		}
 	}
 	return out

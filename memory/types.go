@@ -1,6 +1,7 @@
 package memory
 
 import (
+	"cmp"
 	"errors"
 	"time"
 )
@@ -209,6 +210,17 @@ type Watermark struct {
 
 // IsZero reports whether w is the start of history.
 func (w Watermark) IsZero() bool { return w.Time.IsZero() && w.Key == "" }
+
+// Precedes reports whether e comes after the watermark (it is not folded
+// into the summary that ends at w). Every entry comes after a zero
+// watermark.
+func (w Watermark) Precedes(e *Entry) bool {
+	if w.IsZero() {
+		return true
+	}
+	t := e.Event.Time
+	return t.After(w.Time) || (t.Equal(w.Time) && cmp.Or(e.Key, e.Event.Key()) > w.Key)
+}
 
 // Summary is one summary checkpoint of a session (SPEC §9.1 layer 2). Epoch
 // n folds the messages in (From, Watermark] on top of epoch n−1's text.

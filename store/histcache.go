@@ -52,12 +52,15 @@ const (
 // first row on"); a window that falls empty without being complete is
 // dropped.
 //
-// The window slices are shared with readers, who copy from them after
-// unlocking: a window's backing array is only ever written beyond the end
-// of every slice taken from it (appending a row newer than all), and every
-// other change (an update, a removal, an insertion in the middle) builds a
-// new array. Events are shared with the decoded-event cache and with the
-// callers of Recent, read-only.
+// A window is two parallel slices, the entries and their sort positions,
+// so that the entries can be lent as they are (DB.RecentView). The window
+// slices are shared with readers: Recent copies from them after unlocking,
+// RecentView hands them out with their capacity cut at their length. A
+// window's backing arrays are therefore only ever written beyond the end
+// of every slice taken from them (appending a row newer than all), and
+// every other change (an update, a recall mark, a removal, an insertion in
+// the middle) builds new arrays. Events are shared with the decoded-event
+// cache and with the callers of Recent, read-only.
 type histCache struct {
 	// The bounds: histWindowMax, histEntriesMax and histSessionsMax unless
 	// a test lowers them before first use.
@@ -87,21 +90,26 @@ type histCache struct {
 }
 
 type histSession struct {
-	key        string
-	win        []histEntry
+	key string
+	// The window: ents[i] is at position pos[i]; len(ents) == len(pos).
+	ents       []memory.Entry
+	pos        []histPos
 	complete   bool
 	prev, next *histSession
 }
 
-// histEntry is a cached row: the entry and its sort position.
-type histEntry struct {
-	t, rowid int64
-	e        memory.Entry
-}
+// histPos is a row's position in Recent's order.
+type histPos struct{ t, rowid int64 }
 
 // before reports whether a sorts before b in Recent's order.
-func (a *histEntry) before(b *histEntry) bool {
+func (a histPos) before(b histPos) bool {
 	return a.t < b.t || (a.t == b.t && a.rowid < b.rowid)
+}
+
+// histEntry is a row read or written: the entry and its position.
+type histEntry struct {
+	histPos
+	e memory.Entry
 }
 
 func newHistCache() *histCache {
@@ -119,22 +127,26 @@ func newHistCache() *histCache {
 // histTicket is what a cache miss remembers for the install.
 type histTicket struct{ seq uint64 }
 
-// get returns the newest limit entries of the session, oldest first, in a
-// fresh slice, when the cache can answer; otherwise it returns a ticket for
-// installing what the caller then reads from SQL.
-func (c *histCache) get(session string, limit int) ([]memory.Entry, histTicket, bool) {
+// get returns the newest limit entries of the session, oldest first, when
+// the cache can answer: in a fresh slice, or with shared the window itself
+// (read-only; its capacity ends at its length). Otherwise it returns a
+// ticket for installing what the caller then reads from SQL.
+func (c *histCache) get(session string, limit int, shared bool) ([]memory.Entry, histTicket, bool) {
 	c.mu.Lock()
 	s := c.sessions[session]
-	if s == nil || c.closed || (!s.complete && len(s.win) < limit) {
+	if s == nil || c.closed || (!s.complete && len(s.ents) < limit) {
 		t := histTicket{seq: c.seq}
 		c.mu.Unlock()
 		return nil, t, false
 	}
-	w := s.win[max(0, len(s.win)-limit):]
+	w := slices.Clip(s.ents[max(0, len(s.ents)-limit):])
 	c.hits++
 	c.touch(s)
 	c.mu.Unlock()
-	return entries(w), histTicket{}, true
+	if shared {
+		return w, histTicket{}, true
+	}
+	return slices.Clone(w), histTicket{}, true
 }
 
 // entries copies the entries of w into a fresh slice.
@@ -176,16 +188,19 @@ func (c *histCache) install(session string, t histTicket, rows []histEntry, comp
 	}
 	s := c.sessions[session]
 	if s != nil {
-		if s.complete || len(s.win) >= len(rows) {
+		if s.complete || len(s.ents) >= len(rows) {
 			return // as good already (nothing changed since the read)
 		}
-		c.forget(s.win)
+		c.forget(s.ents)
 	} else {
 		s = &histSession{key: session}
 		c.sessions[session] = s
 		c.link(s)
 	}
-	s.win, s.complete = rows, complete
+	s.ents, s.pos, s.complete = entries(rows), make([]histPos, len(rows)), complete
+	for i := range rows {
+		s.pos[i] = rows[i].histPos
+	}
 	for i := range rows {
 		k := rows[i].e.Key
 		if o := c.keys[k]; o != nil && o != s {
@@ -225,26 +240,29 @@ func (c *histCache) upsert(he histEntry, ok bool) {
 		c.drop(s)
 		return
 	}
-	n := len(s.win)
+	n := len(s.pos)
 	switch {
-	case n == 0 || s.win[n-1].before(&he):
-		s.win = append(s.win, he) // in place: beyond every reader's slice
-	case !s.complete && he.before(&s.win[0]):
+	case n == 0 || s.pos[n-1].before(he.histPos):
+		// In place: beyond every reader's slice.
+		s.ents, s.pos = append(s.ents, he.e), append(s.pos, he.histPos)
+	case !s.complete && he.before(s.pos[0]):
 		return // below the window
 	default:
-		i, _ := slices.BinarySearchFunc(s.win, &he, func(x histEntry, y *histEntry) int {
+		i, _ := slices.BinarySearchFunc(s.pos, he.histPos, func(x, y histPos) int {
 			if x.before(y) {
 				return -1
 			}
 			return 1
 		})
-		s.win = slices.Insert(slices.Clip(s.win), i, he) // a new array
+		// New arrays.
+		s.ents = slices.Insert(slices.Clip(s.ents), i, he.e)
+		s.pos = slices.Insert(slices.Clip(s.pos), i, he.histPos)
 	}
 	c.keys[key] = s
 	c.total++
-	if over := len(s.win) - c.winMax; over > 0 {
-		c.forget(s.win[:over])
-		s.win, s.complete = s.win[over:], false
+	if over := len(s.ents) - c.winMax; over > 0 {
+		c.forget(s.ents[:over])
+		s.ents, s.pos, s.complete = s.ents[over:], s.pos[over:], false
 	}
 	c.evict()
 }
@@ -258,14 +276,14 @@ func (c *histCache) recalled(key string, at time.Time) {
 	if s == nil {
 		return
 	}
-	i := slices.IndexFunc(s.win, func(x histEntry) bool { return x.e.Key == key })
+	i := slices.IndexFunc(s.ents, func(x memory.Entry) bool { return x.Key == key })
 	if i < 0 {
 		c.drop(s) // cannot happen: the index is out of step
 		return
 	}
-	w := slices.Clone(s.win)
-	w[i].e.RecalledAt = at
-	s.win = w
+	w := slices.Clone(s.ents)
+	w[i].RecalledAt = at
+	s.ents = w
 }
 
 // bump records a write touching the session or key s.
@@ -277,22 +295,23 @@ func (c *histCache) bump(s string) {
 // removeKey takes key out of s's window.
 func (c *histCache) removeKey(s *histSession, key string) {
 	delete(c.keys, key)
-	i := slices.IndexFunc(s.win, func(x histEntry) bool { return x.e.Key == key })
+	i := slices.IndexFunc(s.ents, func(x memory.Entry) bool { return x.Key == key })
 	if i < 0 {
 		c.drop(s)
 		return
 	}
 	c.total--
-	s.win = slices.Delete(slices.Clone(s.win), i, i+1)
-	if len(s.win) == 0 && !s.complete {
+	s.ents = slices.Delete(slices.Clone(s.ents), i, i+1)
+	s.pos = slices.Delete(slices.Clone(s.pos), i, i+1)
+	if len(s.ents) == 0 && !s.complete {
 		c.drop(s)
 	}
 }
 
 // forget unindexes the keys of w.
-func (c *histCache) forget(w []histEntry) {
+func (c *histCache) forget(w []memory.Entry) {
 	for i := range w {
-		delete(c.keys, w[i].e.Key)
+		delete(c.keys, w[i].Key)
 	}
 	c.total -= len(w)
 }
@@ -302,8 +321,8 @@ func (c *histCache) drop(s *histSession) {
 	if c.sessions[s.key] != s {
 		return
 	}
-	c.forget(s.win)
-	s.win = nil
+	c.forget(s.ents)
+	s.ents, s.pos = nil, nil
 	delete(c.sessions, s.key)
 	s.prev.next, s.next.prev = s.next, s.prev
 	s.prev, s.next = nil, nil
@@ -370,7 +389,7 @@ func (c *histCache) end(failed bool) {
 
 // histEntryOf builds the cache entry of a committed upsert.
 func histEntryOf(r *eventRow, ev *channel.Event) histEntry {
-	he := histEntry{t: r.eventTime, rowid: r.rowid, e: memory.Entry{
+	he := histEntry{histPos: histPos{t: r.eventTime, rowid: r.rowid}, e: memory.Entry{
 		Key: r.id, SessionKey: r.session, Direction: r.direction, RecalledAt: fromNullMs(r.recalled)}}
 	if ev != nil {
 		he.e.Event = *ev

@@ -67,10 +67,14 @@ func checkCacheExact(t testing.TB, d *DB) {
 	t.Helper()
 	c := d.hist
 	c.mu.Lock()
-	wins := map[string][]histEntry{}
+	wins := map[string][]memory.Entry{}
 	complete := map[string]bool{}
 	for k, s := range c.sessions {
-		wins[k], complete[k] = s.win, s.complete
+		require.Len(t, s.pos, len(s.ents), k)
+		for i := 1; i < len(s.pos); i++ {
+			require.True(t, s.pos[i-1].before(s.pos[i]), "%s: window out of order at %d", k, i)
+		}
+		wins[k], complete[k] = s.ents, s.complete
 	}
 	nkeys, total := len(c.keys), c.total
 	c.mu.Unlock()
@@ -82,10 +86,7 @@ func checkCacheExact(t testing.TB, d *DB) {
 			require.Len(t, want, len(w)+1, "an incomplete window of %s is not the whole session", k)
 			want = want[1:]
 		}
-		got := make([]memory.Entry, len(w))
-		for i := range w {
-			got[i] = w[i].e
-		}
+		got := w
 		if len(want) == 0 {
 			require.Empty(t, got, k)
 			continue
@@ -323,7 +324,7 @@ func TestHistCacheBounds(t *testing.T) {
 			require.LessOrEqual(t, len(d.hist.sessions), 3)
 			require.LessOrEqual(t, d.hist.total, 25)
 			for _, hs := range d.hist.sessions {
-				require.LessOrEqual(t, len(hs.win), 10)
+				require.LessOrEqual(t, len(hs.ents), 10)
 			}
 			d.hist.mu.Unlock()
 		}
@@ -341,41 +342,41 @@ func TestHistCacheInstallGuard(t *testing.T) {
 	t.Parallel()
 	c := newHistCache()
 	row := func(key, session string, t int64) histEntry {
-		return histEntry{t: t, rowid: t, e: memory.Entry{Key: key, SessionKey: session, Direction: memory.In}}
+		return histEntry{histPos: histPos{t: t, rowid: t}, e: memory.Entry{Key: key, SessionKey: session, Direction: memory.In}}
 	}
 	// A write to the session after the read began.
-	_, tk, ok := c.get("a", 10)
+	_, tk, ok := c.get("a", 10, false)
 	require.False(t, ok)
 	c.upsert(row("k2", "a", 2), true)
 	c.install("a", tk, []histEntry{row("k1", "a", 1)}, true)
-	_, _, ok = c.get("a", 10)
+	_, _, ok = c.get("a", 10, false)
 	require.False(t, ok, "stale read not installed")
 
 	// A key of the read moved to another session.
-	_, tk, _ = c.get("a", 10)
+	_, tk, _ = c.get("a", 10, false)
 	c.upsert(row("k1", "b", 3), true)
 	c.install("a", tk, []histEntry{row("k1", "a", 1), row("k2", "a", 2)}, true)
-	_, _, ok = c.get("a", 10)
+	_, _, ok = c.get("a", 10, false)
 	require.False(t, ok)
 
 	// A recall mark of a key of the read.
-	_, tk, _ = c.get("a", 10)
+	_, tk, _ = c.get("a", 10, false)
 	c.recalled("k2", t0)
 	c.install("a", tk, []histEntry{row("k2", "a", 2)}, true)
-	_, _, ok = c.get("a", 10)
+	_, _, ok = c.get("a", 10, false)
 	require.False(t, ok)
 
 	// Unrelated writes do not refuse it.
-	_, tk, _ = c.get("a", 10)
+	_, tk, _ = c.get("a", 10, false)
 	c.upsert(row("k9", "z", 9), true)
 	c.install("a", tk, []histEntry{row("k2", "a", 2)}, true)
-	got, _, ok := c.get("a", 10)
+	got, _, ok := c.get("a", 10, false)
 	require.True(t, ok)
 	require.Len(t, got, 1)
 
 	// A batch between COMMIT and its hooks holds the install back until
 	// its hooks ran; they touch the read, so it is refused.
-	_, tk, _ = c.get("b", 10)
+	_, tk, _ = c.get("b", 10, false)
 	c.begin()
 	installed := make(chan struct{})
 	go func() {
@@ -390,12 +391,12 @@ func TestHistCacheInstallGuard(t *testing.T) {
 	c.upsert(row("k5", "b", 5), true)
 	c.end(false)
 	<-installed
-	_, _, ok = c.get("b", 10)
+	_, _, ok = c.get("b", 10, false)
 	require.False(t, ok)
 
 	// A failed commit empties the cache.
 	c.begin()
 	c.end(true)
-	_, _, ok = c.get("a", 10)
+	_, _, ok = c.get("a", 10, false)
 	require.False(t, ok)
 }

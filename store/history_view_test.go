@@ -89,7 +89,7 @@ func TestRecentViewUnderConcurrentWrites(t *testing.T) {
 		wg.Go(func() {
 			for i := range rounds {
 				ev := testEvent(channel.Group, fmt.Sprint("g", s), fmt.Sprint(i), t0.Add(time.Duration(i)*time.Second), fmt.Sprint(i))
-				if !(i%7 == 3) {
+				if i%7 != 3 {
 					require.NoError(t, d.Append(ctx, memory.Entry{Event: ev}))
 					continue
 				}

@@ -35,12 +35,10 @@ func (c *countingHistory) Recent(ctx context.Context, session string, limit int)
 // prompt's history come from the same read.
 func TestDirectTurnReadsHistoryOnce(t *testing.T) {
 	t.Parallel()
-	var hist *countingHistory
-	model := agenttest.New()
-	model.Otherwise(agenttest.Reply("noted"))
-	h := newHarness(t, model, func(o *persona.Options) {
-		hist = &countingHistory{History: o.DB}
-		o.History = hist
+	hist := &countingHistory{}
+	h, model := notedHarness(t, func(db *store.DB) memory.History {
+		hist.History = db
+		return hist
 	})
 	for i := range 3 {
 		before := hist.reads.Load()
@@ -48,12 +46,28 @@ func TestDirectTurnReadsHistoryOnce(t *testing.T) {
 		require.Equal(t, outcome.Replied, h.outcome(ev).Code)
 		require.EqualValues(t, 1, hist.reads.Load()-before, "turn %d", i)
 	}
+	prompt := lastPrompt(model)
+	require.Contains(t, prompt, "message number 1", "the earlier turns are in the prompt")
+	require.Contains(t, prompt, "noted")
+}
+
+// notedHarness is a harness whose model answers every message with
+// "noted" and whose History is wrap(the store).
+func notedHarness(t *testing.T, wrap func(*store.DB) memory.History) (*harness, *agenttest.Model) {
+	t.Helper()
+	model := agenttest.New()
+	model.Otherwise(agenttest.Reply("noted"))
+	h := newHarness(t, model, func(o *persona.Options) { o.History = wrap(o.DB) })
+	return h, model
+}
+
+// lastPrompt is the text of the model's last chat request.
+func lastPrompt(model *agenttest.Model) string {
 	var prompt strings.Builder
 	for _, m := range lastChat(model).Messages {
 		prompt.WriteString(m.Content)
 	}
-	require.Contains(t, prompt.String(), "message number 1", "the earlier turns are in the prompt")
-	require.Contains(t, prompt.String(), "noted")
+	return prompt.String()
 }
 
 // viewCheckingHistory is the store's History with RecentView, keeping a
@@ -78,12 +92,10 @@ func (v *viewCheckingHistory) RecentView(ctx context.Context, session string, li
 // cache, shared with every other reader.
 func TestTurnsLeaveSharedHistoryUnchanged(t *testing.T) {
 	t.Parallel()
-	var hist *viewCheckingHistory
-	model := agenttest.New()
-	model.Otherwise(agenttest.Reply("noted"))
-	h := newHarness(t, model, func(o *persona.Options) {
-		hist = &viewCheckingHistory{DB: o.DB}
-		o.History = hist
+	hist := &viewCheckingHistory{}
+	h, model := notedHarness(t, func(db *store.DB) memory.History {
+		hist.DB = db
+		return hist
 	})
 	for i := range 4 {
 		ev := h.say(dmAlice, alice, fmt.Sprintf("message number %d", i))
@@ -98,9 +110,5 @@ func TestTurnsLeaveSharedHistoryUnchanged(t *testing.T) {
 	for i := range hist.views {
 		require.Equal(t, hist.copies[i], hist.views[i], "view %d was changed", i)
 	}
-	var prompt strings.Builder
-	for _, m := range lastChat(model).Messages {
-		prompt.WriteString(m.Content)
-	}
-	require.Contains(t, prompt.String(), "message number 2")
+	require.Contains(t, lastPrompt(model), "message number 2")
 }

@@ -11,14 +11,7 @@ import (
 // memory snippets (aliasing on; the Aliaser is the session's, reused across
 // turns as the pipeline's cache of it would be).
 func BenchmarkPromptAssembly(b *testing.B) {
-	g := newGroupChat(1)
-	for len(g.history) < 200 {
-		g.history = append(g.history, g.userMessage())
-		if len(g.history)%4 == 0 {
-			g.history = append(g.history, g.botMessage("sounds good, see you at the station"))
-		}
-	}
-	cur := g.userMessage()
+	g, cur := benchGroup(200, 4)
 	mem := g.memory(20)
 	al, err := agent.NewAliaser(testSecret)
 	if err != nil {
@@ -28,10 +21,8 @@ func BenchmarkPromptAssembly(b *testing.B) {
 		al.User(u.ID)
 	}
 	builder := agent.NewContextBuilder(agent.ContextConfig{})
-	in := agent.ContextInput{
-		Persona: soul, History: g.history, Chat: channel.Chat{Kind: channel.Group, ID: "555000111"},
-		Memory: mem, Speaker: agent.Speaker{ID: cur.SenderID, Name: cur.SenderName}, Now: cur.Time, Current: cur, Aliaser: al,
-	}
+	in := benchInput(g, cur)
+	in.Memory, in.Aliaser = mem, al
 	b.ReportAllocs()
 	for b.Loop() {
 		asm := builder.Build(in)
@@ -46,20 +37,10 @@ func BenchmarkPromptAssembly(b *testing.B) {
 // the process's AliasSums (so only the maps of the turn are new), with 40
 // history messages.
 func BenchmarkPromptAssemblyPerTurn(b *testing.B) {
-	g := newGroupChat(1)
-	for len(g.history) < 40 {
-		g.history = append(g.history, g.userMessage())
-		if len(g.history)%2 == 0 {
-			g.history = append(g.history, g.botMessage("sounds good, see you at the station"))
-		}
-	}
-	cur := g.userMessage()
+	g, cur := benchGroup(40, 2)
 	sums := agent.NewAliasSums(0)
 	builder := agent.NewContextBuilder(agent.ContextConfig{})
-	in := agent.ContextInput{
-		Persona: soul, History: g.history, Chat: channel.Chat{Kind: channel.Group, ID: "555000111"},
-		Speaker: agent.Speaker{ID: cur.SenderID, Name: cur.SenderName}, Now: cur.Time, Current: cur,
-	}
+	in := benchInput(g, cur)
 	b.ReportAllocs()
 	for b.Loop() {
 		al, err := agent.NewAliaserWith(testSecret, sums)
@@ -70,5 +51,26 @@ func BenchmarkPromptAssemblyPerTurn(b *testing.B) {
 		if asm := builder.Build(in); len(asm.Messages) < 40 {
 			b.Fatal("history missing")
 		}
+	}
+}
+
+// benchGroup is a group chat with n history messages, a bot message after
+// every botEvery-th, and the current message.
+func benchGroup(n, botEvery int) (*groupChat, agent.ChatMessage) {
+	g := newGroupChat(1)
+	for len(g.history) < n {
+		g.history = append(g.history, g.userMessage())
+		if len(g.history)%botEvery == 0 {
+			g.history = append(g.history, g.botMessage("sounds good, see you at the station"))
+		}
+	}
+	return g, g.userMessage()
+}
+
+// benchInput is the turn input of the current message cur in g.
+func benchInput(g *groupChat, cur agent.ChatMessage) agent.ContextInput {
+	return agent.ContextInput{
+		Persona: soul, History: g.history, Chat: channel.Chat{Kind: channel.Group, ID: "555000111"},
+		Speaker: agent.Speaker{ID: cur.SenderID, Name: cur.SenderName}, Now: cur.Time, Current: cur,
 	}
 }

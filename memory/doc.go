@@ -10,7 +10,9 @@
 // disagree with it):
 //
 //  1. Recent history: [History] is the transcript port. [RecentAfter] gives
-//     the stable history after the current summary checkpoint.
+//     the stable history after the current summary checkpoint. A History
+//     that keeps recent entries in memory can lend them without a copy
+//     ([RecentViewer], read through [RecentOf]).
 //  2. Summary checkpoints: a [Summarizer] folds old history into a
 //     [Summary] with a [Watermark]. It advances in whole epochs (50
 //     messages, once 100 follow the watermark) so the prompt prefix stays

@@ -167,7 +167,10 @@
 // 131,072 in all, ≈ 50–60 MB when full, the least recently read sessions
 // dropped first), so that the history read of every turn seldom reaches
 // SQL. The cache is filled by Recent's own SQL reads and kept exact by this
-// DB's writes, applied after they commit. Like the claim index, it does not
+// DB's writes, applied after they commit. [DB.RecentView] lends a cached
+// window itself (memory.RecentViewer; the pipeline reads its turns'
+// history so): a window's arrays are only ever appended to beyond every
+// slice lent, or replaced, so a lent window never changes. Like the claim index, it does not
 // see rows written to the file by another DB handle or process (one process
 // owns a store file), nor rowids renumbered by a VACUUM run from outside:
 // reopen the DB after either.

@@ -170,8 +170,8 @@
 // DB's writes, applied after they commit. [DB.RecentView] lends a cached
 // window itself (memory.RecentViewer; the pipeline reads its turns'
 // history so): a window's arrays are only ever appended to beyond every
-// slice lent, or replaced, so a lent window never changes. Like the claim index, it does not
-// see rows written to the file by another DB handle or process (one process
-// owns a store file), nor rowids renumbered by a VACUUM run from outside:
-// reopen the DB after either.
+// slice lent, or replaced, so a lent window never changes. Like the claim
+// index, the cache does not see rows written to the file by another DB
+// handle or process (one process owns a store file), nor rowids renumbered
+// by a VACUUM run from outside: reopen the DB after either.
 package store

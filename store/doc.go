@@ -82,7 +82,12 @@
 // heaps for delayed items and lease expiries), rebuilt from inbound_items
 // at Open and kept in step by the DB's own writes, each applied by its
 // write's post-commit hook in commit order. Claim picks there, so its cost
-// does not depend on the backlog. It stores the claims of items with a
+// does not depend on the backlog. No index finds the live rows (keeping
+// one cost every item two or three index changes for a read made once per
+// start): Open reads them from the queue floor up, a rowid below which no
+// row is live (table queue_floor, migration 0010). A new live row below
+// it lowers it (a trigger); the timeline flush and Open raise it to the
+// lowest live row. It stores the claims of items with a
 // priority of at least Limits.HoldBelow in one write; the others are held
 // by the index only (inbound.Lease.Held; Lookup and Records show them) and
 // reach the row with the lease's first operation, which writes the claim

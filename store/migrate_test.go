@@ -279,3 +279,49 @@ VALUES ('k', 's', 'waiting', 1, 1, 1)`,
 		require.ErrorContains(t, err, "CHECK constraint failed", table)
 	}
 }
+
+// TestQueueFloorMigration: migration 0010 starts the queue floor at the
+// lowest live rid (an orphan's negative one included), so the store opened
+// after it loads every live row, and a store without live rows starts the
+// floor past its rows.
+func TestQueueFloorMigration(t *testing.T) {
+	t.Parallel()
+	insert := func(raw *sql.DB, rid int, status string) {
+		t.Helper()
+		_, err := raw.Exec(`INSERT INTO inbound_items (rid, id, session_key, chat_kind, event_time, status, available_at,
+    enqueued_at, created_at, updated_at, lease_owner, lease_until)
+VALUES (?1, ?2, 's', 'group', ?1, ?3, 0, 0, 0, 0, CASE ?3 WHEN 'leased' THEN 'w' END, CASE ?3 WHEN 'leased' THEN 1 END)`,
+			rid, fmt.Sprint("item-", rid), status)
+		require.NoError(t, err)
+	}
+	path := filepath.Join(t.TempDir(), "v9.db")
+	raw := openAtVersion(t, path, 9)
+	for rid, status := range map[int]string{1: "done", 2: "done", 3: "pending", 4: "leased", 5: "done", -7: "pending"} {
+		insert(raw, rid, status)
+	}
+	require.NoError(t, raw.Close())
+	d, err := Open(path, Options{Clock: clock.NewFake(t0)})
+	require.NoError(t, err)
+	require.Equal(t, int64(-7), floor(t, d))
+	requireFloorBelowLive(t, d, "after the migration")
+	recs, err := d.Records(t.Context(), RecordQuery{Status: inbound.StatusPending})
+	require.NoError(t, err)
+	leased, err := d.Records(t.Context(), RecordQuery{Status: inbound.StatusLeased})
+	require.NoError(t, err)
+	var got []string
+	for _, r := range append(recs, leased...) {
+		got = append(got, r.ID)
+	}
+	require.ElementsMatch(t, []string{"item--7", "item-3", "item-4"}, got)
+	require.NoError(t, d.Close())
+
+	path = filepath.Join(t.TempDir(), "v9-done.db")
+	raw = openAtVersion(t, path, 9)
+	insert(raw, 1, "done")
+	insert(raw, 2, "done")
+	require.NoError(t, raw.Close())
+	d, err = Open(path, Options{Clock: clock.NewFake(t0)})
+	require.NoError(t, err)
+	defer func() { require.NoError(t, d.Close()) }()
+	require.Equal(t, int64(3), floor(t, d))
+}

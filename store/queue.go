@@ -731,7 +731,21 @@ func availAt(at time.Time, now int64) int64 {
 
 const sqlReleaseExpired = `UPDATE inbound_items SET status = 'pending', lease_owner = NULL, lease_until = NULL,
     updated_at = ?1
-WHERE status = 'leased' AND lease_until <= ?1`
+WHERE ` + sqlFromQueueFloor + ` AND status = 'leased' AND lease_until <= ?1`
+
+// sqlFromQueueFloor selects the inbound_items rows that may be live: no
+// row below the queue floor is (migration 0010).
+const sqlFromQueueFloor = `rid >= (SELECT rid FROM queue_floor)`
+
+// sqlAdvanceQueueFloor raises the queue floor to the lowest live rid, or
+// past every row when none is live. It scans from the old floor to the
+// first live row: the rows that completed since the last advance. Run in
+// a write, it sees that write's own new rows, so it never passes one.
+const sqlAdvanceQueueFloor = `UPDATE queue_floor SET rid = coalesce(
+    (SELECT i.rid FROM inbound_items i WHERE i.rid >= queue_floor.rid AND i.status IN ('pending', 'leased')
+        ORDER BY i.rid LIMIT 1),
+    (SELECT max(i.rid) + 1 FROM inbound_items i WHERE i.rid >= queue_floor.rid),
+    rid)`
 
 // sqlWriteSoft puts a soft lease into its row as it stands: ?1 status,
 // ?2 owner, ?3 claims, ?4 lease_until, ?5 now.
@@ -924,7 +938,7 @@ func (d *DB) Records(ctx context.Context, q RecordQuery) ([]inbound.Record, erro
 	live := q.Status == inbound.StatusPending || q.Status == inbound.StatusLeased
 	switch {
 	case live:
-		where = append(where, "i.status IN ('pending', 'leased')")
+		where = append(where, "i."+sqlFromQueueFloor+" AND i.status IN ('pending', 'leased')")
 	case q.Status != "":
 		where = append(where, "i.status = ?")
 		args = append(args, string(q.Status))

@@ -562,9 +562,11 @@ func (s *sched) next() (at int64, ok bool) {
 	return at, ok
 }
 
-// sqlLoadLive selects every live item for the index.
+// sqlLoadLive selects every live item for the index: the live rows from
+// the queue floor up (migration 0010).
 const sqlLoadLive = `SELECT id, session_key, chat_kind, priority, event_time, history_only, available_at,
-    status, coalesce(lease_until, 0), claims, rid, attempts FROM inbound_items WHERE status IN ('pending', 'leased')`
+    status, coalesce(lease_until, 0), claims, rid, attempts FROM inbound_items
+WHERE ` + sqlFromQueueFloor + ` AND status IN ('pending', 'leased')`
 
 // scanLive reads one row selected like sqlLoadLive.
 func scanLive(sc interface{ Scan(...any) error }) (*schedItem, error) {
@@ -630,6 +632,11 @@ func (d *DB) reload(ctx context.Context) error {
 	var fresh *sched
 	err := d.writeThen(ctx, func(tx wtx) error {
 		fresh = newSched()
+		// The floor first, so that this read and the next Open's start at
+		// the oldest live row.
+		if _, err := tx.exec(sqlAdvanceQueueFloor); err != nil {
+			return err
+		}
 		rows, err := tx.query(sqlLoadLive)
 		if err != nil {
 			return err

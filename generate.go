@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -290,14 +291,26 @@ func (p *Pipeline) sayFunc(l inbound.Lease, al *agent.Aliaser) func(context.Cont
 // prompt (historyWindow).
 func (p *Pipeline) historyRead() int { return max(historyWindow, p.opt.HistoryLimit+1) }
 
-// before returns, in a new slice, the entries of hist that are context for
-// the current message.
+// before returns the entries of hist that are context for the current
+// message, read-only: hist's own run of them when they are contiguous
+// (the usual case: the current message and anything newer come last), a
+// new slice otherwise.
 func (p *Pipeline) before(hist []memory.Entry, l inbound.Lease) []memory.Entry {
-	n := 0
+	first, last, n := -1, -1, 0
 	for i := range hist {
 		if isContext(&hist[i], &l) {
+			if first < 0 {
+				first = i
+			}
+			last = i
 			n++
 		}
+	}
+	if n == 0 {
+		return []memory.Entry{} // not nil: the turn has read its history
+	}
+	if last-first+1 == n {
+		return slices.Clip(hist[first : last+1])
 	}
 	out := make([]memory.Entry, 0, n)
 	for i := range hist {

@@ -45,6 +45,12 @@ func (r *renderer) name(id, name string) string {
 // header renders "[m_…] Name (u_…) replying to m_…: ".
 func (r *renderer) header(m *ChatMessage) string {
 	var sb strings.Builder
+	r.writeHeader(&sb, m)
+	return sb.String()
+}
+
+// writeHeader writes header(m) to sb.
+func (r *renderer) writeHeader(sb *strings.Builder, m *ChatMessage) {
 	if id := r.alias(AliasMessage, m.ID); id != "" {
 		sb.WriteString("[")
 		sb.WriteString(id)
@@ -56,7 +62,6 @@ func (r *renderer) header(m *ChatMessage) string {
 		sb.WriteString(q)
 	}
 	sb.WriteString(": ")
-	return sb.String()
 }
 
 // body renders the message content: text with known ids aliased, mentions
@@ -66,6 +71,16 @@ func (r *renderer) body(m *ChatMessage) string {
 		return r.text(m.Text)
 	}
 	var sb strings.Builder
+	r.writeBody(&sb, m)
+	return sb.String()
+}
+
+// writeBody writes body(m) to sb.
+func (r *renderer) writeBody(sb *strings.Builder, m *ChatMessage) {
+	if len(m.Segments) == 0 {
+		sb.WriteString(r.text(m.Text))
+		return
+	}
 	for _, s := range m.Segments {
 		switch s.Type {
 		case channel.SegText:
@@ -105,11 +120,21 @@ func (r *renderer) body(m *ChatMessage) string {
 			sb.WriteString("]")
 		}
 	}
-	return sb.String()
 }
 
-// line renders a user message as one transcript line.
-func (r *renderer) line(m *ChatMessage) string { return r.header(m) + r.body(m) }
+// line renders a user message as one transcript line: header, then body,
+// in one buffer (the header registers its aliases first, as before).
+func (r *renderer) line(m *ChatMessage) string {
+	n := 64 + len(m.SenderName) + len(m.Text)
+	for i := range m.Segments {
+		n += len(m.Segments[i].Text) + len(m.Segments[i].URL)
+	}
+	var sb strings.Builder
+	sb.Grow(n)
+	r.writeHeader(&sb, m)
+	r.writeBody(&sb, m)
+	return sb.String()
+}
 
 // message renders a history message.
 func (r *renderer) message(m *ChatMessage) Message {

@@ -21,17 +21,7 @@ import (
 // the floor.
 func liveByScan(t *testing.T, d *DB) []string {
 	t.Helper()
-	rows, err := d.rdb.QueryContext(t.Context(), `SELECT id FROM inbound_items WHERE status IN ('pending', 'leased') ORDER BY id`)
-	require.NoError(t, err)
-	defer func() { _ = rows.Close() }()
-	var out []string
-	for rows.Next() {
-		var id string
-		require.NoError(t, rows.Scan(&id))
-		out = append(out, id)
-	}
-	require.NoError(t, rows.Err())
-	return out
+	return queryStrings(t, d, `SELECT id FROM inbound_items WHERE status IN ('pending', 'leased') ORDER BY id`)
 }
 
 // requireFloorBelowLive checks the queue floor's invariant: no live row

@@ -45,6 +45,19 @@ func open(t testing.TB, clk clock.Clock, opts ...func(*Options)) *DB {
 
 func direct(o *Options) { o.directWrites = true }
 
+// queryStrings runs a read on the read pool and returns its one column of
+// every row.
+func queryStrings(t testing.TB, d *DB, q string, args ...any) []string {
+	t.Helper()
+	out, err := selectAll(t.Context(), d, "test query", func(sc interface{ Scan(...any) error }) (string, error) {
+		var s string
+		err := sc.Scan(&s)
+		return s, err
+	}, q, args...)
+	require.NoError(t, err, q)
+	return out
+}
+
 func TestQueueConformance(t *testing.T) {
 	t.Parallel()
 	modes := []struct {

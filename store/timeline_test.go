@@ -102,19 +102,7 @@ func readSession(t *testing.T, d *DB, session string) (got, want sessionReads) {
 		require.NoError(t, err)
 	}
 
-	scan := func(q string, args ...any) []string {
-		rs, err := d.rdb.QueryContext(ctx, q, args...)
-		require.NoError(t, err)
-		defer func() { _ = rs.Close() }()
-		var out []string
-		for rs.Next() {
-			var s string
-			require.NoError(t, rs.Scan(&s))
-			out = append(out, s)
-		}
-		require.NoError(t, rs.Err())
-		return out
-	}
+	scan := func(q string, args ...any) []string { return queryStrings(t, d, q, args...) }
 	want.Recent = scan(`SELECT id || '@' || event_time FROM (SELECT id, event_time, rowid AS r FROM message_events NOT INDEXED
 WHERE session_key = ?1 ORDER BY event_time DESC, rowid DESC LIMIT 4) ORDER BY event_time, r`, session)
 	want.RecentScan = want.Recent

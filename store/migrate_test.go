@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -208,19 +207,10 @@ VALUES ('turn', 0, 'fp', 'sent', 1, 1)`)
 	require.NoError(t, err)
 	insertItem := `INSERT INTO inbound_items (rid, id, session_key, chat_kind, event_time, status, available_at,
     enqueued_at, created_at, updated_at) VALUES (?1, ?2, 's', 'group', 1, ?3, 1, 1, 1, 1)`
-	ops := func(db *sql.DB, q string) string {
-		rows, err := db.Query("EXPLAIN "+q, 0, "", "")
+	ops := func(db *sql.DB, q string) []string {
+		all, err := explain(db, q)
 		require.NoError(t, err)
-		defer func() { _ = rows.Close() }()
-		var all []string
-		for rows.Next() {
-			var addr, p1, p2, p3, p4, p5, comment any
-			var op string
-			require.NoError(t, rows.Scan(&addr, &op, &p1, &p2, &p3, &p4, &p5, &comment))
-			all = append(all, op)
-		}
-		require.NoError(t, rows.Err())
-		return strings.Join(all, " ")
+		return all
 	}
 	require.Contains(t, ops(raw, insertItem), "OpenEphemeral", "version 8 builds the list on every insert")
 

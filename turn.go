@@ -430,7 +430,8 @@ func (p *Pipeline) recent(ctx context.Context, l inbound.Lease) ([]memory.Entry,
 // recentOf returns the turn's recent history (at most HistoryLimit entries)
 // from the session's newest entries, oldest first: those of the newest
 // HistoryLimit+1 that were said before the current message (messages that
-// arrived later are not context for this turn).
+// arrived later are not context for this turn). Like raw, which it may
+// share (see before), it is read-only.
 func (p *Pipeline) recentOf(raw []memory.Entry, l inbound.Lease) []memory.Entry {
 	out := p.before(raw[max(0, len(raw)-(p.opt.HistoryLimit+1)):], l)
 	if len(out) > p.opt.HistoryLimit {

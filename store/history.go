@@ -106,12 +106,14 @@ func (d *DB) Recent(ctx context.Context, sessionKey string, limit int) ([]memory
 	return d.recent(ctx, sessionKey, limit, false)
 }
 
+var _ memory.RecentViewer = (*DB)(nil)
+
 // RecentView implements memory.RecentViewer: Recent, except that an answer
 // from the history cache is the cached window itself, not a copy. The
 // caller must not modify the returned entries (appending to the slice is
 // safe: its capacity ends at its length). A turn reads a window of up to
-// 400 entries of 400 bytes each; copying it was the largest single source
-// of garbage in the replied pipeline benchmark.
+// 400 entries of about 400 bytes each; copying it was the largest single
+// source of garbage in the replied pipeline benchmark.
 func (d *DB) RecentView(ctx context.Context, sessionKey string, limit int) ([]memory.Entry, error) {
 	return d.recent(ctx, sessionKey, limit, true)
 }

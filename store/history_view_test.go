@@ -13,8 +13,6 @@ import (
 	"github.com/personakit/persona/memory"
 )
 
-var _ memory.RecentViewer = (*DB)(nil)
-
 // RecentView lends the cached window itself: the same entries as Recent,
 // no copy, a capacity that ends at the length, and a lent window that no
 // later write changes (a new row, an edit, a recall mark).

@@ -20,10 +20,11 @@ var maskPieces = []string{
 	"\u212aey", "toKen", "hunter2hunter2", "[redacted]", "plain words ", "日本語 ",
 }
 
-func randomMaskText(r *rand.Rand) string {
+// randomText joins 1 to 12 random pieces.
+func randomText(r *rand.Rand, pieces []string) string {
 	var b strings.Builder
 	for range 1 + r.IntN(12) {
-		b.WriteString(maskPieces[r.IntN(len(maskPieces))])
+		b.WriteString(pieces[r.IntN(len(pieces))])
 	}
 	return b.String()
 }
@@ -35,7 +36,7 @@ func TestMaskSecretsPreChecks(t *testing.T) {
 	secrets := []string{"hunter2hunter2", "", "ab"}
 	masked := 0
 	for range 20000 {
-		text := randomMaskText(r)
+		text := randomText(r, maskPieces)
 		want := maskSecrets(text, secrets, false)
 		require.Equal(t, want, maskSecrets(text, secrets, true), "text %q", text)
 		if want != text {

@@ -141,12 +141,66 @@ var (
 // StripProseToolCalls removes tool calls the model wrote as text instead of
 // calling the tool: <tool_call>…</tool_call>-style tags, ```tool_call
 // blocks, JSON call objects alone on a line, and functions.name(…) lines.
-func StripProseToolCalls(text string) string {
-	text = proseToolTag.ReplaceAllString(text, "")
-	text = proseToolCode.ReplaceAllString(text, "")
-	text = proseToolJSON.ReplaceAllString(text, "")
-	text = proseToolFunc.ReplaceAllString(text, "")
+func StripProseToolCalls(text string) string { return stripProseToolCalls(text, true) }
+
+// stripProseToolCalls is StripProseToolCalls; without checks it runs every
+// expression. With them an expression runs only when the text holds a byte
+// every match of it needs. Removing a match only deletes bytes, so a byte
+// absent before is absent after.
+func stripProseToolCalls(text string, checks bool) string {
+	var has byteSet
+	if checks {
+		has = bytesOf(text)
+	}
+	if !checks || has.any('<') {
+		text = proseToolTag.ReplaceAllString(text, "")
+	}
+	if !checks || has.any('`') {
+		text = proseToolCode.ReplaceAllString(text, "")
+	}
+	if !checks || has.any('{') {
+		text = proseToolJSON.ReplaceAllString(text, "")
+	}
+	if !checks || has.all('.', '(') {
+		text = proseToolFunc.ReplaceAllString(text, "")
+	}
 	return text
+}
+
+// byteSet records which ASCII bytes a text holds.
+type byteSet [2]uint64
+
+// bytesOf returns the set of ASCII bytes in s.
+func bytesOf(s string) byteSet {
+	var b byteSet
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 128 {
+			b[c>>6] |= 1 << (c & 63)
+		}
+	}
+	return b
+}
+
+func (b byteSet) has(c byte) bool { return b[c>>6]&(1<<(c&63)) != 0 }
+
+// any reports whether the set holds one of cs.
+func (b byteSet) any(cs ...byte) bool {
+	for _, c := range cs {
+		if b.has(c) {
+			return true
+		}
+	}
+	return false
+}
+
+// all reports whether the set holds every one of cs.
+func (b byteSet) all(cs ...byte) bool {
+	for _, c := range cs {
+		if !b.has(c) {
+			return false
+		}
+	}
+	return true
 }
 
 var (
@@ -169,7 +223,22 @@ var (
 // "alt (url)", "*"/"+" bullets become "-" (lists stay one item per line),
 // block quotes lose their ">", rules disappear and inline code loses its
 // backticks. Fenced code blocks are kept as they are.
-func MarkdownToPlain(text string) string {
+func MarkdownToPlain(text string) string { return markdownToPlain(text, true) }
+
+// mdBytes are the bytes some Markdown rule needs: a text without any of
+// them is plain already.
+const mdBytes = "#>*+-_[<~`"
+
+// markdownToPlain is MarkdownToPlain; without checks it runs every
+// expression on every line. With them an expression runs only when the
+// line holds the bytes every match of it needs. The rules only remove
+// bytes, keep substrings of the line, or add ' ', '(', ')' and (the bullet
+// rule, after the rule check) '-', none of which a later rule needs, so
+// the bytes of the original line decide for all of them.
+func markdownToPlain(text string, checks bool) string {
+	if checks && !strings.ContainsAny(text, mdBytes) {
+		return text
+	}
 	lines := strings.Split(text, "\n")
 	inFence := false
 	out := lines[:0]
@@ -183,27 +252,51 @@ func MarkdownToPlain(text string) string {
 			out = append(out, ln)
 			continue
 		}
-		if mdRule.MatchString(ln) && strings.TrimSpace(ln) != "" {
+		has := byteSet{^uint64(0), ^uint64(0)}
+		if checks {
+			has = bytesOf(ln)
+		}
+		if has.any('-', '*', '_') && mdRule.MatchString(ln) && strings.TrimSpace(ln) != "" {
 			continue
 		}
-		if m := mdHeading.FindStringSubmatch(ln); m != nil {
-			ln = m[1]
+		if has.has('#') {
+			if m := mdHeading.FindStringSubmatch(ln); m != nil {
+				ln = m[1]
+			}
 		}
-		ln = mdQuote.ReplaceAllString(ln, "")
-		ln = mdBullet.ReplaceAllString(ln, "$1- ")
-		ln = mdImage.ReplaceAllStringFunc(ln, func(s string) string {
-			m := mdImage.FindStringSubmatch(s)
-			return linkText(m[1], m[2])
-		})
-		ln = mdLink.ReplaceAllStringFunc(ln, func(s string) string {
-			m := mdLink.FindStringSubmatch(s)
-			return linkText(m[1], m[2])
-		})
-		ln = mdAutoLinks.ReplaceAllString(ln, "$1")
-		ln = mdBold.ReplaceAllString(ln, "$2")
-		ln = mdItalic.ReplaceAllString(ln, "$1$2$3")
-		ln = mdStrike.ReplaceAllString(ln, "$1")
-		ln = mdCode.ReplaceAllString(ln, "$1")
+		if has.has('>') {
+			ln = mdQuote.ReplaceAllString(ln, "")
+		}
+		if has.any('*', '+') {
+			ln = mdBullet.ReplaceAllString(ln, "$1- ")
+		}
+		if has.all('!', '[', ']', '(', ')') {
+			ln = mdImage.ReplaceAllStringFunc(ln, func(s string) string {
+				m := mdImage.FindStringSubmatch(s)
+				return linkText(m[1], m[2])
+			})
+		}
+		if has.all('[', ']', '(', ')') {
+			ln = mdLink.ReplaceAllStringFunc(ln, func(s string) string {
+				m := mdLink.FindStringSubmatch(s)
+				return linkText(m[1], m[2])
+			})
+		}
+		if has.all('<', '>') {
+			ln = mdAutoLinks.ReplaceAllString(ln, "$1")
+		}
+		if has.any('*', '_') {
+			ln = mdBold.ReplaceAllString(ln, "$2")
+		}
+		if has.has('*') {
+			ln = mdItalic.ReplaceAllString(ln, "$1$2$3")
+		}
+		if has.has('~') {
+			ln = mdStrike.ReplaceAllString(ln, "$1")
+		}
+		if has.has('`') {
+			ln = mdCode.ReplaceAllString(ln, "$1")
+		}
 		out = append(out, ln)
 	}
 	return strings.Join(out, "\n")

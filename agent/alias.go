@@ -10,7 +10,9 @@ import (
 	"errors"
 	"fmt"
 	"hash"
+	"hash/maphash"
 	"io"
+	"math/bits"
 	"strings"
 	"sync"
 )
@@ -79,6 +81,8 @@ type Aliaser struct {
 	users map[string]string // known user id → alias, for free-text replacement
 	// minUserID and maxUserID bound the token lengths worth looking up.
 	minUserID, maxUserID int
+	// userSum fingerprints users (see userMark).
+	userSum uint64
 
 	// mac is the keyed hash of sum, made on first use and reset for every
 	// id (keying it again per id would cost two hash states).
@@ -226,16 +230,78 @@ func (a *Aliaser) Alias(kind AliasKind, id string) string {
 		// longer alias. Both stay restorable.
 		s = pair.long
 	}
+	a.register(k, s)
+	return s
+}
+
+// register records alias s for k; a.mu must be held for writing.
+func (a *Aliaser) register(k aliasKey, s string) {
 	a.fwd[k] = s
 	a.back[s] = k
-	if kind == AliasUser {
-		a.users[id] = s
-		if a.minUserID == 0 || len(id) < a.minUserID {
-			a.minUserID = len(id)
+	if k.kind == AliasUser {
+		a.users[k.id] = s
+		if a.minUserID == 0 || len(k.id) < a.minUserID {
+			a.minUserID = len(k.id)
 		}
-		a.maxUserID = max(a.maxUserID, len(id))
+		a.maxUserID = max(a.maxUserID, len(k.id))
+		a.userSum += userPairSum(k.id, s)
 	}
-	return s
+}
+
+// userSeed keys the user fingerprints of this process.
+var userSeed = maphash.MakeSeed()
+
+// userPairSum is one known user's share of userSum.
+func userPairSum(id, alias string) uint64 {
+	h := maphash.String(userSeed, id)
+	return h ^ bits.RotateLeft64(maphash.String(userSeed, alias), 29) ^ bits.RotateLeft64(h, 43)*0x9e3779b97f4a7c15
+}
+
+// userMark identifies the known users of an Aliaser (ids and aliases): the
+// free-text replacement of Text depends on nothing else. Equal marks mean
+// equal sets except with negligible probability (a 64-bit sum of keyed
+// hashes).
+type userMark struct {
+	n   int
+	sum uint64
+}
+
+// userMark returns the mark of the users known now.
+func (a *Aliaser) userMark() userMark {
+	a.mu.RLock()
+	defer a.mu.RUnlock()
+	return userMark{len(a.users), a.userSum}
+}
+
+// replay registers regs (made by an earlier rendering) again, in order, as
+// Alias would, and returns how many it registered: it stops before the
+// first one whose alias Alias would not return now (its id has another
+// alias in this scope, its short alias is taken, or it was a long one,
+// which only a collision gives), so that the caller renders from there.
+// An Aliaser with nothing registered sizes its maps for hint ids first.
+func (a *Aliaser) replay(regs []aliasReg, hint int) int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if len(a.fwd) == 0 && hint > 0 {
+		a.fwd, a.back = make(map[aliasKey]string, hint), make(map[string]aliasKey, hint)
+	}
+	for i, g := range regs {
+		k := aliasKey{g.kind, g.id}
+		if s, ok := a.fwd[k]; ok {
+			if s != g.alias {
+				return i
+			}
+			continue
+		}
+		if !g.short {
+			return i
+		}
+		if _, taken := a.back[g.alias]; taken {
+			return i
+		}
+		a.register(k, g.alias)
+	}
+	return len(regs)
 }
 
 // pair returns id's alias and its longer form, from the shared cache when

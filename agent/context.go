@@ -241,21 +241,29 @@ type ContextConfig struct {
 	// Edit, when set, may add, remove, reorder or replace blocks before
 	// rendering (after Extra was applied).
 	Edit func(blocks []Block) []Block
+	// HistoryCache is the number of sessions whose last rendered history
+	// the builder keeps, so that the next turn renders only the new
+	// messages (DefaultHistoryCache; negative: none). The request is the
+	// same with and without it.
+	HistoryCache int
 }
 
-// ContextBuilder assembles requests (SPEC §4.2, §4.3). It is stateless and
-// safe for concurrent use; per-session state (the history anchor, the
-// previous prefix) is passed in and returned.
+// ContextBuilder assembles requests (SPEC §4.2, §4.3). It is safe for
+// concurrent use; per-session state (the history anchor, the previous
+// prefix) is passed in and returned. The only state it keeps is a cache of
+// each session's last rendered history (ContextConfig.HistoryCache), which
+// never changes a request.
 type ContextBuilder struct {
 	cfg    ContextConfig
 	budget Budget
+	hist   *historyCache
 }
 
 // NewContextBuilder returns a builder for cfg.
 func NewContextBuilder(cfg ContextConfig) *ContextBuilder {
 	cfg.MaxInputChars = cmp.Or(cfg.MaxInputChars, DefaultMaxInputChars)
 	cfg.TurnGrouping = cmp.Or(cfg.TurnGrouping, DefaultTurnGrouping*time.Second)
-	return &ContextBuilder{cfg: cfg, budget: NewBudget(cfg.ContextWindow, cfg.MaxOutput)}
+	return &ContextBuilder{cfg: cfg, budget: NewBudget(cfg.ContextWindow, cfg.MaxOutput), hist: newHistoryCache(cfg.HistoryCache)}
 }
 
 // Budget returns the builder's token budget.

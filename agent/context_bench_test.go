@@ -35,11 +35,18 @@ func BenchmarkPromptAssembly(b *testing.B) {
 // BenchmarkPromptAssemblyPerTurn is BenchmarkPromptAssembly as the pipeline
 // runs it: every turn a fresh Aliaser over the session's secret, sharing
 // the process's AliasSums (so only the maps of the turn are new), with 40
-// history messages.
-func BenchmarkPromptAssemblyPerTurn(b *testing.B) {
+// history messages, which the builder's history cache rendered on an
+// earlier turn.
+func BenchmarkPromptAssemblyPerTurn(b *testing.B) { benchPerTurn(b, 0) }
+
+// BenchmarkPromptAssemblyPerTurnUncached is BenchmarkPromptAssemblyPerTurn
+// without the history cache: every turn renders every history message.
+func BenchmarkPromptAssemblyPerTurnUncached(b *testing.B) { benchPerTurn(b, -1) }
+
+func benchPerTurn(b *testing.B, cache int) {
 	g, cur := benchGroup(40, 2)
 	sums := agent.NewAliasSums(0)
-	builder := agent.NewContextBuilder(agent.ContextConfig{})
+	builder := agent.NewContextBuilder(agent.ContextConfig{HistoryCache: cache})
 	in := benchInput(g, cur)
 	b.ReportAllocs()
 	for b.Loop() {

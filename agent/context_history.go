@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"slices"
 	"strings"
 
 	"github.com/personakit/persona/channel"
@@ -10,13 +11,19 @@ import (
 // ids.
 type renderer struct {
 	al *Aliaser
+	// regs, when set, records every registration (see historyCache).
+	regs *[]aliasReg
 }
 
 func (r *renderer) alias(kind AliasKind, id string) string {
 	if r.al == nil || id == "" {
 		return ""
 	}
-	return r.al.Alias(kind, id)
+	s := r.al.Alias(kind, id)
+	if r.regs != nil {
+		*r.regs = append(*r.regs, aliasReg{kind: kind, short: len(s) == 2+aliasLen, id: id, alias: s})
+	}
+	return s
 }
 
 // text replaces known user ids typed in free text.
@@ -202,15 +209,11 @@ func (b *ContextBuilder) historyBlock(in ContextInput, r *renderer, asm *Assembl
 	if len(msgs) == 0 {
 		return blk
 	}
-	rendered := make([]Message, len(msgs))
-	tokens := make([]int, len(msgs))
-	for i := range msgs {
-		rendered[i] = r.message(&msgs[i])
-		if b.cfg.Counter != nil {
-			tokens[i] = b.cfg.Counter.CountTokens(rendered[i])
-		} else {
-			tokens[i] = EstimateMessage(rendered[i])
-		}
+	rendered, tokens := b.renderHistory(msgs, r)
+	if b.cfg.Edit != nil {
+		// Edit may change the units' messages in place; those may be the
+		// cache's.
+		rendered = slices.Clone(rendered)
 	}
 	turns := b.groupTurns(msgs, tokens)
 	first := selectWindow(turns, b.budget.History)

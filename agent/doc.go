@@ -15,7 +15,10 @@
 // A [Runner] produces the reply of one turn. The default, [SingleCall],
 // makes one model call. [Prompt] assembles the request in a fixed order with
 // the stable part (persona, history) first, so consecutive turns share a
-// byte-identical prefix and upstream prompt caches hit.
+// byte-identical prefix and upstream prompt caches hit. A [ContextBuilder]
+// keeps each session's last rendered history (ContextConfig.HistoryCache),
+// so a turn renders only the messages that are new since the last one; the
+// request is byte for byte what rendering everything again would give.
 //
 // # The agent loop
 //

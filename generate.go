@@ -48,6 +48,9 @@ type generation struct {
 	// sums keeps alias hashes across turns: each turn aliases every
 	// message id of its history again.
 	sums *agent.AliasSums
+	// histBufs holds the slices generate converts a turn's history into
+	// (*[]agent.ChatMessage).
+	histBufs sync.Pool
 }
 
 // buildGeneration prepares context assembly, memory and the agent loop.
@@ -208,7 +211,13 @@ func (p *Pipeline) generate(ctx context.Context, l inbound.Lease, t *gate.Turn, 
 			return "", usageInfo{}, nil, fmt.Errorf("history: %w", err)
 		}
 	}
-	in.History = make([]agent.ChatMessage, 0, len(hist))
+	// The builder keeps nothing of in.History (it copies what it caches),
+	// so the slice goes back to the pool after Build.
+	hp, _ := g.histBufs.Get().(*[]agent.ChatMessage)
+	if hp == nil {
+		hp = new([]agent.ChatMessage)
+	}
+	in.History = slices.Grow((*hp)[:0], len(hist))
 	for i := range hist {
 		if e := &hist[i]; isContext(e, &l) && watermark.Precedes(e) {
 			in.History = append(in.History, agent.ChatMessageFromEvent(&e.Event, e.Direction == memory.Out))
@@ -226,6 +235,9 @@ func (p *Pipeline) generate(ctx context.Context, l inbound.Lease, t *gate.Turn, 
 		}
 	}
 	asm := g.builder.Build(in)
+	clear(in.History)
+	*hp = in.History[:0]
+	g.histBufs.Put(hp)
 	g.tracker.Observe(l.SessionKey, asm)
 	if asm.HistoryAnchor != anchor {
 		if err := p.flags.SetFlag(ctx, gate.Flag{SessionKey: l.SessionKey, Name: flagHistoryAnchor, Until: forever, Value: asm.HistoryAnchor}); err != nil {

@@ -392,6 +392,7 @@ func (p *Pipeline) proposal(l inbound.Lease, t *gate.Turn, st *chanState, text s
 			prop.AccountRisk = ar.AccountRisk()
 		}
 	}
+	prop.Transcript = make([]outbound.Line, 0, len(hist))
 	for _, e := range hist {
 		fromBot := e.Direction == memory.Out
 		prop.Transcript = append(prop.Transcript, outbound.Line{Speaker: speaker(&e.Event), Text: e.Event.Text(), FromBot: fromBot})

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -257,6 +258,8 @@ type ContextBuilder struct {
 	cfg    ContextConfig
 	budget Budget
 	hist   *historyCache
+	// blockBufs holds the block slices of finished builds (*[]Block).
+	blockBufs sync.Pool
 }
 
 // NewContextBuilder returns a builder for cfg.
@@ -328,8 +331,11 @@ func (b *ContextBuilder) Build(in ContextInput) *Assembled {
 	r := renderer{al: in.Aliaser}
 	asm := &Assembled{Budget: b.budget}
 
-	blocks := make([]Block, 0, 20)
-	blocks = append(blocks, b.headBlock(in))
+	bp, _ := b.blockBufs.Get().(*[]Block)
+	if bp == nil {
+		bp = &[]Block{}
+	}
+	blocks := append(slices.Grow((*bp)[:0], 20), b.headBlock(in))
 	if s := strings.TrimSpace(in.Summary); s != "" {
 		blocks = append(blocks, Block{Name: BlockSummary, Layer: LayerSummary, Priority: PrioritySummary,
 			Title: "[Summary of the earlier conversation]", Units: lineUnits(splitLines(s), r.text),
@@ -340,7 +346,7 @@ func (b *ContextBuilder) Build(in ContextInput) *Assembled {
 	if hist := b.historyBlock(in, &r, asm); len(hist.Units) > 0 {
 		blocks = append(blocks, hist)
 	}
-	blocks = append(blocks, b.turnBlocks(in, &r)...)
+	blocks = b.turnBlocks(blocks, in, &r)
 	if blk, ok := b.candidatesBlock(in, &r); ok {
 		blocks = append(blocks, blk)
 	}
@@ -366,6 +372,11 @@ func (b *ContextBuilder) Build(in ContextInput) *Assembled {
 	b.measure(blocks)
 	b.trim(blocks, asm)
 	b.render(blocks, asm)
+	if b.cfg.Edit == nil { // Edit may keep the blocks
+		clear(blocks)
+		*bp = blocks[:0]
+		b.blockBufs.Put(bp)
+	}
 	return asm
 }
 
@@ -425,7 +436,8 @@ func lineUnits(lines []string, f func(string) string) []Unit {
 	return units
 }
 
-func (b *ContextBuilder) turnBlocks(in ContextInput, r *renderer) []Block {
+// turnBlocks appends the per-turn blocks to out.
+func (b *ContextBuilder) turnBlocks(out []Block, in ContextInput, r *renderer) []Block {
 	type spec struct {
 		name, title string
 		prio, max   int
@@ -443,7 +455,6 @@ func (b *ContextBuilder) turnBlocks(in ContextInput, r *renderer) []Block {
 		{BlockMediaIndex, "[Media in this chat]", PriorityMediaIndex, 0, in.MediaIndex},
 		{BlockRecentSources, "[Recent sources]", PriorityRecentSources, 0, in.RecentSources},
 	}
-	out := make([]Block, 0, len(specs)+1)
 	for _, s := range specs {
 		if len(s.items) == 0 {
 			continue

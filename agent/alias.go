@@ -83,6 +83,9 @@ type Aliaser struct {
 	minUserID, maxUserID int
 	// userSum fingerprints users (see userMark).
 	userSum uint64
+	// base, when set, holds earlier registrations below fwd, back and
+	// users (see aliasLayer); the fields above are the Aliaser's own.
+	base *aliasLayer
 
 	// mac is the keyed hash of sum, made on first use and reset for every
 	// id (keying it again per id would cost two hash states).
@@ -213,7 +216,7 @@ func (a *Aliaser) Alias(kind AliasKind, id string) string {
 	}
 	k := aliasKey{kind, id}
 	a.mu.RLock()
-	s, ok := a.fwd[k]
+	s, ok := a.getFwd(k)
 	a.mu.RUnlock()
 	if ok {
 		return s
@@ -221,11 +224,11 @@ func (a *Aliaser) Alias(kind AliasKind, id string) string {
 	pair := a.pair(kind, id)
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if s, ok := a.fwd[k]; ok {
+	if s, ok := a.getFwd(k); ok {
 		return s
 	}
 	s = pair.short
-	if other, taken := a.back[s]; taken && other != k {
+	if other, taken := a.getBack(s); taken && other != k {
 		// A 40-bit collision within one session: the later id gets the
 		// longer alias. Both stay restorable.
 		s = pair.long
@@ -270,6 +273,9 @@ type userMark struct {
 func (a *Aliaser) userMark() userMark {
 	a.mu.RLock()
 	defer a.mu.RUnlock()
+	if b := a.base; b != nil {
+		return userMark{len(a.users) + b.nUsers, a.userSum + b.userSum}
+	}
 	return userMark{len(a.users), a.userSum}
 }
 
@@ -287,7 +293,7 @@ func (a *Aliaser) replay(regs []aliasReg, hint int) int {
 	}
 	for i, g := range regs {
 		k := aliasKey{g.kind, g.id}
-		if s, ok := a.fwd[k]; ok {
+		if s, ok := a.getFwd(k); ok {
 			if s != g.alias {
 				return i
 			}
@@ -296,7 +302,7 @@ func (a *Aliaser) replay(regs []aliasReg, hint int) int {
 		if !g.short {
 			return i
 		}
-		if _, taken := a.back[g.alias]; taken {
+		if _, taken := a.getBack(g.alias); taken {
 			return i
 		}
 		a.register(k, g.alias)
@@ -345,7 +351,7 @@ func (a *Aliaser) hash(kind AliasKind, id string) string {
 // Lookup returns the real id and kind behind a registered alias.
 func (a *Aliaser) Lookup(alias string) (kind AliasKind, id string, ok bool) {
 	a.mu.RLock()
-	k, ok := a.back[alias]
+	k, ok := a.getBack(alias)
 	a.mu.RUnlock()
 	return k.kind, k.id, ok
 }
@@ -363,19 +369,20 @@ func isWordByte(c byte) bool {
 func (a *Aliaser) Text(s string) string {
 	a.mu.RLock()
 	defer a.mu.RUnlock()
-	if len(a.users) == 0 {
+	n, minID, maxID := a.userBounds()
+	if n == 0 {
 		return s
 	}
 	return replaceTokens(s, func(tok string, dash bool) (string, bool, bool) {
-		if n := len(tok); n+1 < a.minUserID || n > a.maxUserID {
+		if n := len(tok); n+1 < minID || n > maxID {
 			return "", false, false
 		}
 		if dash {
-			if al, ok := a.users["-"+tok]; ok {
+			if al, ok := a.getUser("-" + tok); ok {
 				return al, true, true
 			}
 		}
-		al, ok := a.users[tok]
+		al, ok := a.getUser(tok)
 		return al, false, ok
 	})
 }
@@ -451,7 +458,7 @@ func (a *Aliaser) Restore(s string) (restored string, unknown []string) {
 		if !looksLikeAlias(tok) {
 			return "", false, false
 		}
-		if k, ok := a.back[tok]; ok {
+		if k, ok := a.getBack(tok); ok {
 			return k.id, false, true
 		}
 		unknown = append(unknown, tok)

@@ -35,7 +35,10 @@ type historyCache struct {
 // elements never change; one successor (the first to claim it) may append
 // its new messages in place, behind them.
 type historyRender struct {
-	start   userMark // the Aliaser's users before the first message
+	start userMark // the Aliaser's users before the first message
+	// after, when the Aliaser had nothing registered before the first
+	// message, is what it had registered after the last one.
+	after   *aliasLayer
 	msgs    []ChatMessage
 	out     []Message
 	tokens  []int
@@ -99,6 +102,7 @@ func (b *ContextBuilder) renderHistory(msgs []ChatMessage, r *renderer) (rendere
 		return rendered, tokens
 	}
 	key := string(r.al.secret)
+	fresh := r.al.empty()
 	next := &historyRender{start: r.al.userMark()}
 	done := 0
 	if prev := b.hist.get(key); prev != nil && prev.start == next.start {
@@ -106,8 +110,13 @@ func (b *ContextBuilder) renderHistory(msgs []ChatMessage, r *renderer) (rendere
 		for same < min(len(prev.msgs), len(msgs)) && sameRendered(&prev.msgs[same], &msgs[same]) {
 			same++
 		}
+		if fresh && same == len(prev.msgs) && prev.after != nil && r.al.setBase(prev.after) {
+			// Every message as before, from the same (empty) start: the
+			// registrations are exactly those of the last rendering.
+			done = same
+		}
 		hint := 0
-		for _, g := range prev.regs[:same] {
+		for _, g := range prev.regs[done:same] {
 			hint += len(g)
 		}
 		for done < same && r.al.replay(prev.regs[done], hint) == len(prev.regs[done]) {
@@ -138,6 +147,9 @@ func (b *ContextBuilder) renderHistory(msgs []ChatMessage, r *renderer) (rendere
 		next.out = append(next.out, out)
 		next.tokens = append(next.tokens, n)
 		next.regs = append(next.regs, regs)
+	}
+	if fresh {
+		next.after = r.al.freeze()
 	}
 	b.hist.put(key, next)
 	// Full slice expressions: an append by the caller must not write into

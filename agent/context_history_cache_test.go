@@ -1,10 +1,12 @@
 package agent_test
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"reflect"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 
@@ -113,6 +115,25 @@ func requireSameBuild(t *testing.T, step int, a, b *agent.Assembled, al, bl *age
 		[5]any{a.HistoryAnchor, a.EpochAdvanced, a.HistoryTurns, a.DroppedTurns, a.Tokens}, "step %d", step)
 	require.Equal(t, b.Trimmed, a.Trimmed, "step %d", step)
 	require.Equal(t, agent.AliaserRegistrations(bl), agent.AliaserRegistrations(al), "step %d", step)
+	// And they answer alike: restoring everything the request shows,
+	// replacing ids in free text, and registering one more id.
+	var all strings.Builder
+	for _, m := range a.Messages {
+		all.WriteString(m.Content)
+		all.WriteString(" u_aaaaaaaa ")
+	}
+	ra, ua := al.Restore(all.String())
+	rb, ub := bl.Restore(all.String())
+	require.Equal(t, rb, ra, "step %d", step)
+	require.Equal(t, ub, ua, "step %d", step)
+	var ids strings.Builder
+	for i := range 120 {
+		fmt.Fprintf(&ids, "%d -%d ", 100000000+7919*(i%8), i)
+	}
+	require.Equal(t, bl.Text(ids.String()), al.Text(ids.String()), "step %d", step)
+	extra := "later-" + strconv.Itoa(step)
+	require.Equal(t, bl.User(extra), al.User(extra), "step %d", step)
+	require.Equal(t, bl.Text(extra), al.Text(extra), "step %d", step)
 }
 
 // A builder with the history cache builds exactly the requests (and leaves

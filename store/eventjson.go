@@ -8,6 +8,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/personakit/persona/channel"
+	"github.com/personakit/persona/inbound"
 )
 
 // The transcript stores every event as its JSON encoding. encoding/json
@@ -234,4 +235,42 @@ func appendJSONString(dst []byte, s string) []byte {
 	}
 	dst = append(dst, s[start:]...)
 	return append(dst, '"')
+}
+
+// appendTokensJSON appends json.Marshal(ts) for a non-empty ts: the
+// outcome's token usage, written on every completion.
+func appendTokensJSON(dst []byte, ts []inbound.Tokens) []byte {
+	dst = append(dst, '[')
+	for i := range ts {
+		t := &ts[i]
+		if i > 0 {
+			dst = append(dst, ',')
+		}
+		dst = append(dst, `{"purpose":`...)
+		dst = appendJSONString(dst, t.Purpose)
+		if t.Model != "" {
+			dst = append(dst, `,"model":`...)
+			dst = appendJSONString(dst, t.Model)
+		}
+		dst = append(dst, `,"input":`...)
+		dst = strconv.AppendInt(dst, int64(t.Input), 10)
+		dst = append(dst, `,"cached_input":`...)
+		dst = strconv.AppendInt(dst, int64(t.CachedInput), 10)
+		dst = append(dst, `,"output":`...)
+		dst = strconv.AppendInt(dst, int64(t.Output), 10)
+		dst = append(dst, '}')
+	}
+	return append(dst, ']')
+}
+
+// appendStringsJSON appends json.Marshal(ss) for a non-empty ss.
+func appendStringsJSON(dst []byte, ss []string) []byte {
+	dst = append(dst, '[')
+	for i, s := range ss {
+		if i > 0 {
+			dst = append(dst, ',')
+		}
+		dst = appendJSONString(dst, s)
+	}
+	return append(dst, ']')
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/personakit/persona/channel"
+	"github.com/personakit/persona/inbound"
 )
 
 // marshalOrOurs encodes ev with appendEventJSON, falling back to Marshal as
@@ -157,6 +158,46 @@ func FuzzEventJSON(f *testing.F) {
 	})
 }
 
+// The outcome's token usage and outbound ids are encoded as Marshal
+// encodes them.
+func TestOutcomeJSONMatchesMarshal(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 8))
+	for range 3000 {
+		ts := make([]inbound.Tokens, 1+r.IntN(4))
+		ids := make([]string, 1+r.IntN(4))
+		for i := range ts {
+			ts[i] = inbound.Tokens{Purpose: pick(r), Input: r.IntN(1 << 20), CachedInput: r.IntN(1<<20) - 1<<19, Output: r.IntN(9)}
+			if r.IntN(2) == 0 {
+				ts[i].Model = pick(r)
+			}
+		}
+		for i := range ids {
+			ids[i] = pick(r)
+		}
+		want, err := json.Marshal(ts)
+		require.NoError(t, err)
+		require.Equal(t, string(want), string(appendTokensJSON(nil, ts)))
+		want, err = json.Marshal(ids)
+		require.NoError(t, err)
+		require.Equal(t, string(want), string(appendStringsJSON(nil, ids)))
+	}
+}
+
+func FuzzOutcomeJSON(f *testing.F) {
+	for _, s := range tricky {
+		f.Add(s, s, int64(0))
+	}
+	f.Fuzz(func(t *testing.T, a, b string, n int64) {
+		ts := []inbound.Tokens{{Purpose: a, Model: b, Input: int(n), CachedInput: int(-n), Output: int(n >> 3)}, {Purpose: b}}
+		want, err := json.Marshal(ts)
+		require.NoError(t, err)
+		require.Equal(t, string(want), string(appendTokensJSON(nil, ts)))
+		want, err = json.Marshal([]string{a, b})
+		require.NoError(t, err)
+		require.Equal(t, string(want), string(appendStringsJSON(nil, []string{a, b})))
+	})
+}
+
 // The encoder writes every JSON field of the event types in Marshal's
 // order: a field added to one of them fails here until appendEventJSON
 // writes it too.
@@ -169,6 +210,7 @@ func TestEventJSONKnowsEveryField(t *testing.T) {
 		reflect.TypeFor[channel.Media]():   {"url", "file_id", "name", "mime", "size", "sha256"},
 		reflect.TypeFor[channel.Quoted]():  {"message_id", "sender", "text", "segments", "from_bot"},
 		reflect.TypeFor[channel.Notice]():  {"type", "operator", "user_id", "target_message_id"},
+		reflect.TypeFor[inbound.Tokens]():  {"purpose", "model", "input", "cached_input", "output"},
 	}
 	for typ, want := range known {
 		var got []string
@@ -184,7 +226,7 @@ func TestEventJSONKnowsEveryField(t *testing.T) {
 		reflect.TypeFor[channel.Sender](), reflect.TypeFor[channel.Segment](), reflect.TypeFor[channel.Media](),
 		reflect.TypeFor[channel.Quoted](), reflect.TypeFor[channel.Notice](), reflect.TypeFor[channel.EventKind](),
 		reflect.TypeFor[channel.ChatKind](), reflect.TypeFor[channel.Role](), reflect.TypeFor[channel.SegmentType](),
-		reflect.TypeFor[channel.Source]()} {
+		reflect.TypeFor[channel.Source](), reflect.TypeFor[inbound.Tokens]()} {
 		for _, m := range []string{"MarshalJSON", "MarshalText"} {
 			_, has := reflect.PointerTo(typ).MethodByName(m)
 			require.False(t, has, "%v has %s: Marshal would use it", typ, m)

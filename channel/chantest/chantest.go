@@ -52,6 +52,10 @@ type Config struct {
 	// texts with a *channel.RejectedError (code "text_too_long"); the zero
 	// value declares nothing, so channel.LimitOf reports the default.
 	Limit channel.TextLimit
+	// Discard keeps no record of what passes through: Sent stays empty and
+	// the chats have no history to fetch. For benchmarks, whose message
+	// counts would otherwise grow both without bound.
+	Discard bool
 }
 
 // Sent is one successful Send as captured by the Channel.
@@ -89,6 +93,7 @@ type Channel struct {
 	botID    string
 	clk      clock.Clock
 	limit    channel.TextLimit
+	discard  bool
 
 	mu       sync.Mutex
 	changed  chan struct{} // closed and replaced on every state change
@@ -143,6 +148,7 @@ func New(cfg Config) *Channel {
 		botID:    cmp.Or(cfg.BotID, DefaultBotID),
 		clk:      clock.OrReal(cfg.Clock),
 		limit:    cfg.Limit,
+		discard:  cfg.Discard,
 		changed:  make(chan struct{}),
 		online:   true,
 		history:  make(map[channel.Chat][]histMsg),
@@ -283,7 +289,7 @@ func (c *Channel) inject(ctx context.Context, ev channel.Event) (channel.Event, 
 		return ev, err
 	}
 	c.mu.Lock()
-	if ev.Kind != channel.KindNotice && ev.MessageID != "" {
+	if ev.Kind != channel.KindNotice && ev.MessageID != "" && !c.discard {
 		c.rememberLocked(ev)
 	}
 	c.mu.Unlock()
@@ -437,10 +443,12 @@ func (c *Channel) Send(ctx context.Context, out channel.Outgoing) (channel.Recei
 	c.nextOut++
 	now := c.clk.Now()
 	rc := channel.Receipt{MessageIDs: []string{"out-" + strconv.Itoa(c.nextOut)}, Time: now}
-	out.Mentions = slices.Clone(out.Mentions)
-	out.Media = slices.Clone(out.Media)
-	c.sent = append(c.sent, Sent{Out: out, Receipt: rc, At: now})
-	c.rememberLocked(c.selfEvent(out, rc))
+	if !c.discard {
+		out.Mentions = slices.Clone(out.Mentions)
+		out.Media = slices.Clone(out.Media)
+		c.sent = append(c.sent, Sent{Out: out, Receipt: rc, At: now})
+		c.rememberLocked(c.selfEvent(out, rc))
+	}
 	c.notifyLocked()
 	return channel.Receipt{MessageIDs: slices.Clone(rc.MessageIDs), Time: now}, nil
 }

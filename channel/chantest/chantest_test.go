@@ -243,6 +243,38 @@ func TestSend(t *testing.T) {
 	require.NoError(t, own.Validate())
 }
 
+// A discarding channel sends and delivers as usual but records nothing.
+func TestDiscardKeepsNoRecord(t *testing.T) {
+	t.Parallel()
+	c := chantest.New(chantest.Config{Discard: true})
+	ctx := t.Context()
+	rc, err := c.Send(ctx, channel.Outgoing{Chat: group, Text: "one"})
+	require.NoError(t, err)
+	require.Equal(t, []string{"out-1"}, rc.MessageIDs)
+	_, err = c.Send(ctx, channel.Outgoing{Chat: group})
+	var rej *channel.RejectedError
+	require.ErrorAs(t, err, &rej, "the checks still apply")
+
+	got := make(chan channel.Event, 1)
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		_ = c.Run(runCtx, channel.SinkFunc(func(_ context.Context, ev channel.Event) error {
+			got <- ev
+			return nil
+		}))
+	}()
+	require.NoError(t, c.Inject(ctx, channel.Event{Chat: group, Sender: channel.Sender{ID: "u1"},
+		Segments: []channel.Segment{channel.Text("hi")}}))
+	ev := <-got
+	require.Equal(t, "hi", ev.Text())
+
+	require.Empty(t, c.Sent())
+	page, err := c.FetchHistory(ctx, channel.HistoryQuery{Chat: group})
+	require.NoError(t, err)
+	require.Empty(t, page.Events)
+}
+
 func TestSendFailures(t *testing.T) {
 	t.Parallel()
 	limited := chantest.Config{Limit: channel.TextLimit{Unit: channel.Bytes, Max: 5}}

@@ -14,7 +14,8 @@
 // [Channel.FailNext] fails the next sends with a chosen error. The channel
 // implements the optional capabilities (typing, history with ChatLister,
 // recall, member lookup, text limit) over the messages it has seen;
-// [Channel.Bare] hides them.
+// [Channel.Bare] hides them. With Config.Discard it keeps no record at all
+// (no captured sends, no history), for benchmarks.
 //
 // [Recorder] is the sink for adapter tests: it records the events it accepts
 // and refuses and every state report, refuses events on demand

@@ -149,3 +149,21 @@ func TestShapeReplyCompression(t *testing.T) {
 	require.Zero(t, m.Calls())
 	require.Equal(t, channel.TextLimit{Unit: channel.UTF16, Max: 4000}, outbound.PlatformLimits["telegram"])
 }
+
+// BenchmarkShape shapes a plain chat reply, as most replies are, and a
+// Markdown one:
+//
+//	go test ./outbound -run xxx -bench Shape -benchmem
+func BenchmarkShape(b *testing.B) {
+	for _, bc := range []struct{ name, text string }{
+		{"plain", "sure thing, I'll look at it tomorrow morning and get back to you."},
+		{"markdown", "## Plan\n- **bus** at 07:30, see [map](https://example.com/map)\n- bring `snacks` and ~~umbrella~~ rain jacket"},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				_ = outbound.Shape(bc.text, false)
+			}
+		})
+	}
+}

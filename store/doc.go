@@ -154,8 +154,9 @@
 // A DB is safe for concurrent use. All writes go through a single writer
 // connection (a *sql.DB limited to one connection, transactions begun
 // IMMEDIATE, its statements run on the driver connection directly rather
-// than through database/sql) owned by one goroutine that practises group
-// commit: operations
+// than through database/sql, and its writes bind, step and reset in one
+// call into C each, fastexec.c) owned by one goroutine that practises
+// group commit: operations
 // submitted concurrently share one transaction, each still atomic: one that
 // fails returns its own error and leaves no trace, and every caller returns
 // only after the transaction holding its operation committed. A writer

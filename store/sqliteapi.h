@@ -106,4 +106,22 @@ int walbuf_register(const char *name);
  * write calls they became. */
 void walbuf_counts(walbuf_i64 *requested, walbuf_i64 *issued);
 
+/* fastexec.c: one call per write statement on the writer's connection. */
+#include <stdint.h>
+enum { FX_NULL, FX_INT, FX_FLOAT, FX_TEXT, FX_BLOB };
+typedef struct fx_arg {
+	int kind; /* FX_* */
+	int n;    /* text or blob length */
+	long long i; /* the integer, or the text's or blob's offset in buf */
+	double d;
+} fx_arg;
+
+/* Defines fx_handle() on the connections opened with VFS vfs from now on;
+ * an SQLite result code. Call it once per process. */
+int fx_register(const char *vfs);
+int fx_prepare(uintptr_t db, const char *sql, int n, uintptr_t *stmt, int *params);
+void fx_finalize(uintptr_t stmt);
+int fx_exec(uintptr_t db, uintptr_t stmt, int nargs, const fx_arg *args, const char *buf, long long *changes,
+	long long *rowid, char *err, int errn);
+
 #endif /* PERSONA_SQLITEAPI_H */

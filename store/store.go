@@ -217,6 +217,9 @@ func Open(path string, opts Options) (*DB, error) {
 	if err := registerWALVFS(); err != nil {
 		return nil, err
 	}
+	if err := registerFastExec(); err != nil {
+		return nil, err
+	}
 	wq.Set("vfs", walVFS)
 	d.wdb, err = sql.Open("sqlite3", dsn(abs, wq))
 	if err != nil {

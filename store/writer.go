@@ -62,7 +62,10 @@ type writer struct {
 	direct bool
 	delay  time.Duration // how long a busy writer waits to fill a small batch
 	ckpt   *checkpointer
-	fence  commitFence // may be nil
+	// fast runs the write statements in one call each (fastexec.go); its
+	// zero value leaves them to the driver.
+	fast  fastConn
+	fence commitFence // may be nil
 
 	// dc is conn's driver connection while the writer holds it (inside
 	// conn.Raw, see writer_driver.go); stmts caches the statements prepared on it
@@ -212,7 +215,9 @@ func (w *writer) loop() {
 	// it runs (see writer_driver.go).
 	err := w.conn.Raw(func(dc any) error {
 		w.dc = dc
+		w.fast, _ = openFastConn(dc)
 		defer func() {
+			w.fast.close()
 			w.closeStmts()
 			w.dc = nil
 		}()
@@ -513,10 +518,6 @@ func call(fn writeFunc, tx wtx) (err error) {
 type wtx struct{ w *writer }
 
 func (t wtx) exec(q string, args ...any) (sql.Result, error) {
-	s, err := t.w.prepare(q)
-	if err != nil {
-		return nil, err
-	}
 	// The driver binds (copies) the arguments before ExecContext returns,
 	// and only the writer's goroutine runs statements: one buffer serves
 	// every statement.
@@ -525,9 +526,17 @@ func (t wtx) exec(q string, args ...any) (sql.Result, error) {
 		return nil, err
 	}
 	t.w.args = nv
-	res, err := s.ExecContext(context.Background(), nv)
-	clear(nv)
-	return res, err
+	defer clear(nv)
+	if t.w.fast.db != 0 {
+		if res, err := t.w.fast.exec(q, nv); !errors.Is(err, errNotFast) {
+			return res, err
+		}
+	}
+	s, err := t.w.prepare(q)
+	if err != nil {
+		return nil, err
+	}
+	return s.ExecContext(context.Background(), nv)
 }
 
 func (t wtx) query(q string, args ...any) (*wrows, error) {

@@ -151,7 +151,7 @@ func basicReview(_ context.Context, p Proposal) (Verdict, error) {
 		replied = outcome.RepliedProactive
 	}
 	raw := p.Text
-	body := strings.TrimSpace(strings.NewReplacer(MsgMarker, "", LineMarker, "").Replace(StripControl(raw)))
+	body := bodyOf(raw)
 	switch {
 	case strings.Contains(raw, MarkerSilent) && body == "":
 		return Verdict{Code: IgnoredModelSilent, Reason: "the model chose to stay silent"}, nil

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode"
 
 	"golang.org/x/sync/errgroup"
 
@@ -285,8 +286,12 @@ func (r *ModelReviewer) pause(ctx context.Context, rv *review, reason string) er
 
 // bodyOf is the visible text: control and split markers removed, trimmed.
 func bodyOf(raw string) string {
-	return strings.TrimSpace(strings.NewReplacer(MsgMarker, "", LineMarker, "").Replace(StripControl(raw)))
+	return strings.TrimSpace(dropMarkers.Replace(StripControl(raw)))
 }
+
+// dropMarkers removes the message and line markers (a Replacer is safe for
+// concurrent use and costs a trie to build).
+var dropMarkers = strings.NewReplacer(MsgMarker, "", LineMarker, "")
 
 // dropSaid removes the message parts identical to a say line; all reports
 // that nothing is left.
@@ -534,7 +539,12 @@ func (r *ModelReviewer) dedup(ctx context.Context, rv *review, text string, rece
 	var b strings.Builder
 	b.WriteString("Earlier replies:\n")
 	for _, x := range recent {
-		fmt.Fprintf(&b, "- [%s] %s\n", x.At.UTC().Format(time.TimeOnly), oneLine(x.Text))
+		var at [len(time.TimeOnly)]byte
+		b.WriteString("- [")
+		b.Write(x.At.UTC().AppendFormat(at[:0], time.TimeOnly))
+		b.WriteString("] ")
+		b.WriteString(oneLine(x.Text))
+		b.WriteByte('\n')
 	}
 	b.WriteString("\nDraft reply:\n")
 	b.WriteString(text)
@@ -582,11 +592,17 @@ func (r *ModelReviewer) audit(ctx context.Context, rv *review, text string, item
 			if l.FromBot {
 				who = "bot"
 			}
-			fmt.Fprintf(&u, "%s: %s\n", cmp.Or(who, "someone"), oneLine(l.Text))
+			u.WriteString(cmp.Or(who, "someone"))
+			u.WriteString(": ")
+			u.WriteString(oneLine(l.Text))
+			u.WriteByte('\n')
 		}
 		u.WriteString("\n")
 	}
-	fmt.Fprintf(&u, "Message: %s\n\nReply: %s", oneLine(rv.p.Event.Text()), text)
+	u.WriteString("Message: ")
+	u.WriteString(oneLine(rv.p.Event.Text()))
+	u.WriteString("\n\nReply: ")
+	u.WriteString(text)
 	out, err := r.call(ctx, rv, agent.PurposeAudit, r.cfg.AuditTimeout, sys.String(), u.String())
 	if err != nil {
 		return auditResult{}, err
@@ -705,4 +721,29 @@ func (r *ModelReviewer) applyAudit(ctx context.Context, rv *review, a auditResul
 	return Verdict{}, false, nil
 }
 
-func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
+func oneLine(s string) string {
+	if isOneLine(s) {
+		return s
+	}
+	return strings.Join(strings.Fields(s), " ")
+}
+
+// isOneLine reports whether oneLine(s) is s: no space but single ' '
+// between words, none at either end.
+func isOneLine(s string) bool {
+	prevSpace := true // at the start, a space would be leading
+	for _, r := range s {
+		switch {
+		case r == ' ':
+			if prevSpace {
+				return false
+			}
+			prevSpace = true
+		case unicode.IsSpace(r):
+			return false
+		default:
+			prevSpace = false
+		}
+	}
+	return !prevSpace || s == ""
+}

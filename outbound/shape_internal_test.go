@@ -2,6 +2,7 @@ package outbound
 
 import (
 	"math/rand/v2"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -48,4 +49,22 @@ func FuzzShapePreChecks(f *testing.F) {
 			t.Fatalf("pre-checks changed the tool call removal of %q", text)
 		}
 	})
+}
+
+// oneLine's shortcut returns exactly what joining the fields gives.
+func TestOneLineShortcut(t *testing.T) {
+	r := rand.New(rand.NewPCG(2, 9))
+	pieces := []string{"a", "word", " ", "  ", "\t", "\n", "\u00a0", "\u3000", "日本", "\xff", ".", "\u2028", "x y"}
+	short := 0
+	for range 20000 {
+		s := randomText(r, pieces)
+		require.Equal(t, strings.Join(strings.Fields(s), " "), oneLine(s), "%q", s)
+		if isOneLine(s) {
+			short++
+		}
+	}
+	require.Greater(t, short, 1000, "the shortcut is taken")
+	for _, s := range []string{"", " ", "a", "a b", " a", "a ", "a  b", "a\u00a0b"} {
+		require.Equal(t, strings.Join(strings.Fields(s), " "), oneLine(s), "%q", s)
+	}
 }

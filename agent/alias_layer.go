@@ -23,44 +23,33 @@ type aliasLayer struct {
 // parents is merged into one.
 const maxLayerDepth = 8
 
-// getFwd returns k's alias. a.mu must be held.
-func (a *Aliaser) getFwd(k aliasKey) (string, bool) {
-	if s, ok := a.fwd[k]; ok {
-		return s, true
+// chainGet looks k up in own, then in each layer of base's chain (m picks
+// a layer's map).
+func chainGet[K comparable, V any](own map[K]V, base *aliasLayer, m func(*aliasLayer) map[K]V, k K) (V, bool) {
+	if v, ok := own[k]; ok {
+		return v, true
 	}
-	for l := a.base; l != nil; l = l.parent {
-		if s, ok := l.fwd[k]; ok {
-			return s, true
+	for l := base; l != nil; l = l.parent {
+		if v, ok := m(l)[k]; ok {
+			return v, true
 		}
 	}
-	return "", false
+	var zero V
+	return zero, false
 }
+
+func layerFwd(l *aliasLayer) map[aliasKey]string  { return l.fwd }
+func layerBack(l *aliasLayer) map[string]aliasKey { return l.back }
+func layerUsers(l *aliasLayer) map[string]string  { return l.users }
+
+// getFwd returns k's alias. a.mu must be held.
+func (a *Aliaser) getFwd(k aliasKey) (string, bool) { return chainGet(a.fwd, a.base, layerFwd, k) }
 
 // getBack returns the key registered under alias s. a.mu must be held.
-func (a *Aliaser) getBack(s string) (aliasKey, bool) {
-	if k, ok := a.back[s]; ok {
-		return k, true
-	}
-	for l := a.base; l != nil; l = l.parent {
-		if k, ok := l.back[s]; ok {
-			return k, true
-		}
-	}
-	return aliasKey{}, false
-}
+func (a *Aliaser) getBack(s string) (aliasKey, bool) { return chainGet(a.back, a.base, layerBack, s) }
 
 // getUser returns a known user's alias. a.mu must be held.
-func (a *Aliaser) getUser(id string) (string, bool) {
-	if s, ok := a.users[id]; ok {
-		return s, true
-	}
-	for l := a.base; l != nil; l = l.parent {
-		if s, ok := l.users[id]; ok {
-			return s, true
-		}
-	}
-	return "", false
-}
+func (a *Aliaser) getUser(id string) (string, bool) { return chainGet(a.users, a.base, layerUsers, id) }
 
 // userBounds returns the number of known users and the shortest and
 // longest of their ids. a.mu must be held.

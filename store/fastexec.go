@@ -18,10 +18,12 @@ import (
 	"github.com/mattn/go-sqlite3"
 )
 
-// The writer's statements run through fastexec.c: each write binds its
-// arguments, steps and resets in one call into C, instead of go-sqlite3's
-// one call per argument (see fastexec.c). Statements that return rows, and
-// arguments of other types, still go through the driver.
+// The writer's write statements (wtx.exec) run through fastexec.c: each
+// binds its arguments, steps to its end and resets in one call into C,
+// instead of go-sqlite3's one call per argument (see fastexec.c). Queries
+// (wtx.query), strings of more than one statement, statements SQLite does
+// not prepare, and arguments of other types go through the driver, which
+// does with them what it always did.
 
 var (
 	fxOnce sync.Once
@@ -41,7 +43,8 @@ func registerFastExec() error {
 	return fxErr
 }
 
-// fxStmt is a statement prepared by fastexec.c.
+// fxStmt is a statement prepared by fastexec.c; h 0 marks one left to the
+// driver.
 type fxStmt struct {
 	h      C.uintptr_t
 	params int
@@ -92,7 +95,8 @@ func (r fxResult) RowsAffected() (int64, error) { return r.changes, nil }
 var errNotFast = errors.New("store: not a fast write")
 
 // exec runs q with args (driver values) in one call into C; errNotFast
-// when q returns rows or an argument is of a type fastexec.c does not bind.
+// when q is for the driver (see above) or an argument is of a type
+// fastexec.c does not bind.
 func (fc *fastConn) exec(q string, args []driver.NamedValue) (fxResult, error) {
 	st, ok := fc.stmts[q]
 	if !ok {
@@ -105,12 +109,12 @@ func (fc *fastConn) exec(q string, args []driver.NamedValue) (fxResult, error) {
 			if h != 0 {
 				C.fx_finalize(h)
 			}
-			return fxResult{}, errNotFast // the driver prepares it and reports the error
+			h = 0 // the driver prepares it, and reports the error if any
 		}
 		st = fxStmt{h: h, params: int(params)}
 		fc.stmts[q] = st
 	}
-	if len(args) != st.params {
+	if st.h == 0 || len(args) != st.params {
 		return fxResult{}, errNotFast // the driver reports the mismatch
 	}
 	fc.args = fc.args[:0]
@@ -169,7 +173,9 @@ func (fc *fastConn) exec(q string, args []driver.NamedValue) (fxResult, error) {
 // close finalizes the statements (before the connection closes).
 func (fc *fastConn) close() {
 	for _, st := range fc.stmts {
-		C.fx_finalize(st.h)
+		if st.h != 0 {
+			C.fx_finalize(st.h)
+		}
 	}
 	clear(fc.stmts)
 	fc.db = 0

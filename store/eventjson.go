@@ -119,41 +119,50 @@ func appendSenderJSON(dst []byte, s *channel.Sender) []byte {
 	return append(dst, '}')
 }
 
-func appendSegmentsJSON(dst []byte, segs []channel.Segment) []byte {
+// appendJSONArray appends the JSON array of xs, each element written by
+// each.
+func appendJSONArray[T any](dst []byte, xs []T, each func([]byte, *T) []byte) []byte {
 	dst = append(dst, '[')
-	for i := range segs {
-		s := &segs[i]
+	for i := range xs {
 		if i > 0 {
 			dst = append(dst, ',')
 		}
-		dst = append(dst, `{"type":`...)
-		dst = appendJSONString(dst, string(s.Type))
-		dst = appendOptString(dst, `,"text":`, s.Text)
-		dst = appendOptString(dst, `,"user_id":`, s.UserID)
-		dst = appendOptString(dst, `,"message_id":`, s.MessageID)
-		if m := s.Media; m != nil {
-			dst = append(dst, `,"media":{`...)
-			n := len(dst)
-			dst = appendOptString(dst, `,"url":`, m.URL)
-			dst = appendOptString(dst, `,"file_id":`, m.FileID)
-			dst = appendOptString(dst, `,"name":`, m.Name)
-			dst = appendOptString(dst, `,"mime":`, m.MIME)
-			if m.Size != 0 {
-				dst = append(dst, `,"size":`...)
-				dst = strconv.AppendInt(dst, m.Size, 10)
-			}
-			dst = appendOptString(dst, `,"sha256":`, m.SHA256)
-			if len(dst) > n {
-				// Drop the comma the first field put after "{".
-				dst = append(dst[:n], dst[n+1:]...)
-			}
-			dst = append(dst, '}')
-		}
-		dst = appendOptString(dst, `,"url":`, s.URL)
-		dst = appendOptString(dst, `,"face_id":`, s.FaceID)
-		dst = append(dst, '}')
+		dst = each(dst, &xs[i])
 	}
 	return append(dst, ']')
+}
+
+func appendSegmentsJSON(dst []byte, segs []channel.Segment) []byte {
+	return appendJSONArray(dst, segs, appendSegmentJSON)
+}
+
+func appendSegmentJSON(dst []byte, s *channel.Segment) []byte {
+	dst = append(dst, `{"type":`...)
+	dst = appendJSONString(dst, string(s.Type))
+	dst = appendOptString(dst, `,"text":`, s.Text)
+	dst = appendOptString(dst, `,"user_id":`, s.UserID)
+	dst = appendOptString(dst, `,"message_id":`, s.MessageID)
+	if m := s.Media; m != nil {
+		dst = append(dst, `,"media":{`...)
+		n := len(dst)
+		dst = appendOptString(dst, `,"url":`, m.URL)
+		dst = appendOptString(dst, `,"file_id":`, m.FileID)
+		dst = appendOptString(dst, `,"name":`, m.Name)
+		dst = appendOptString(dst, `,"mime":`, m.MIME)
+		if m.Size != 0 {
+			dst = append(dst, `,"size":`...)
+			dst = strconv.AppendInt(dst, m.Size, 10)
+		}
+		dst = appendOptString(dst, `,"sha256":`, m.SHA256)
+		if len(dst) > n {
+			// Drop the comma the first field put after "{".
+			dst = append(dst[:n], dst[n+1:]...)
+		}
+		dst = append(dst, '}')
+	}
+	dst = appendOptString(dst, `,"url":`, s.URL)
+	dst = appendOptString(dst, `,"face_id":`, s.FaceID)
+	return append(dst, '}')
 }
 
 // appendOptString appends key and s unless s is empty (omitempty).
@@ -240,37 +249,21 @@ func appendJSONString(dst []byte, s string) []byte {
 // appendTokensJSON appends json.Marshal(ts) for a non-empty ts: the
 // outcome's token usage, written on every completion.
 func appendTokensJSON(dst []byte, ts []inbound.Tokens) []byte {
-	dst = append(dst, '[')
-	for i := range ts {
-		t := &ts[i]
-		if i > 0 {
-			dst = append(dst, ',')
-		}
+	return appendJSONArray(dst, ts, func(dst []byte, t *inbound.Tokens) []byte {
 		dst = append(dst, `{"purpose":`...)
 		dst = appendJSONString(dst, t.Purpose)
-		if t.Model != "" {
-			dst = append(dst, `,"model":`...)
-			dst = appendJSONString(dst, t.Model)
-		}
+		dst = appendOptString(dst, `,"model":`, t.Model)
 		dst = append(dst, `,"input":`...)
 		dst = strconv.AppendInt(dst, int64(t.Input), 10)
 		dst = append(dst, `,"cached_input":`...)
 		dst = strconv.AppendInt(dst, int64(t.CachedInput), 10)
 		dst = append(dst, `,"output":`...)
 		dst = strconv.AppendInt(dst, int64(t.Output), 10)
-		dst = append(dst, '}')
-	}
-	return append(dst, ']')
+		return append(dst, '}')
+	})
 }
 
 // appendStringsJSON appends json.Marshal(ss) for a non-empty ss.
 func appendStringsJSON(dst []byte, ss []string) []byte {
-	dst = append(dst, '[')
-	for i, s := range ss {
-		if i > 0 {
-			dst = append(dst, ',')
-		}
-		dst = appendJSONString(dst, s)
-	}
-	return append(dst, ']')
+	return appendJSONArray(dst, ss, func(dst []byte, s *string) []byte { return appendJSONString(dst, *s) })
 }

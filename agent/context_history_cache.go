@@ -71,12 +71,18 @@ func (c *historyCache) get(key string) *historyRender {
 	return c.m[key]
 }
 
-// put stores h; a full cache starts over.
+// put stores h. A full cache drops one other session's entry, the first
+// the map's (randomly started) iteration yields: with more active sessions
+// than room, most sessions keep their entry from one turn to the next,
+// where starting over would drop them all at once.
 func (c *historyCache) put(key string, h *historyRender) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if _, ok := c.m[key]; !ok && len(c.m) >= c.max {
-		clear(c.m)
+		for k := range c.m {
+			delete(c.m, k)
+			break
+		}
 	}
 	c.m[key] = h
 }

@@ -80,7 +80,13 @@ func TestFastExecErrors(t *testing.T) {
 	// A string of two statements is not run here: the driver's path
 	// decides what to do with it.
 	require.NoError(t, d.write(ctx, func(tx wtx) error {
-		_, err := tx.w.fast.exec(`INSERT INTO fxc (k, n) VALUES ('c', 1); INSERT INTO fxc (k, n) VALUES ('d', 1)`, nil)
+		two := `INSERT INTO fxc (k, n) VALUES ('c', 1); INSERT INTO fxc (k, n) VALUES ('d', 1)`
+		_, err := tx.w.fast.exec(two, nil)
+		require.ErrorIs(t, err, errNotFast)
+		// Remembered as the driver's: not prepared again.
+		require.Contains(t, tx.w.fast.stmts, two)
+		require.Zero(t, tx.w.fast.stmts[two].h)
+		_, err = tx.w.fast.exec(two, nil)
 		require.ErrorIs(t, err, errNotFast)
 		_, err = tx.w.fast.exec(`INSERT INTO fxc (k, n) VALUES ('e', 1);  `, nil)
 		return err

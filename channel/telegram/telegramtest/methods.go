@@ -369,8 +369,13 @@ func (s *Server) FlushWebhook(ctx context.Context) error {
 // X-Telegram-Bot-Api-Secret-Token header. It returns the answer's status
 // and body.
 func PostWebhook(ctx context.Context, url, secret string, body []byte) (status int, respBody string, err error) {
-	return postWebhook(ctx, http.DefaultClient, url, secret, body)
+	return postWebhook(ctx, webhookClient, url, secret, body)
 }
+
+// webhookClient has a transport of its own: an httptest.Server's Close
+// closes http.DefaultTransport's idle connections, which broke posts that
+// were about to use one when tests ran in parallel.
+var webhookClient = &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}
 
 func postWebhook(ctx context.Context, hc *http.Client, url, secret string, body []byte) (int, string, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(string(body)))

@@ -41,7 +41,7 @@ func post(t *testing.T, url, body string, hdr map[string]string) int {
 	for k, v := range hdr {
 		req.Header.Set(k, v)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := ownClient.Do(req)
 	require.NoError(t, err)
 	require.NoError(t, resp.Body.Close())
 	return resp.StatusCode
@@ -225,3 +225,8 @@ func TestEventNormalisation(t *testing.T) {
 	require.NotEmpty(t, r.logs.all("unknown_event"))
 	require.NotEmpty(t, r.logs.all("invalid_event"))
 }
+
+// ownClient has a transport of its own: an httptest.Server's Close (in a
+// parallel test) closes http.DefaultTransport's idle connections, which can
+// break a request that was about to use one.
+var ownClient = &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}

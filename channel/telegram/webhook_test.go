@@ -140,7 +140,7 @@ func TestWebhookBadInput(t *testing.T) {
 	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, env.url, nil)
 	require.NoError(t, err)
 	req.Header.Set(telegram.SecretTokenHeader, secret)
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := ownClient.Do(req)
 	require.NoError(t, err)
 	require.NoError(t, resp.Body.Close())
 	require.Equal(t, http.StatusMethodNotAllowed, resp.StatusCode)
@@ -243,3 +243,8 @@ func TestWebhookConcurrentPosts(t *testing.T) {
 	wg.Wait()
 	require.Len(t, env.sink.waitEvents(t, 8), 8)
 }
+
+// ownClient has a transport of its own: an httptest.Server's Close (in a
+// parallel test) closes http.DefaultTransport's idle connections, which can
+// break a request that was about to use one.
+var ownClient = &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}

@@ -36,7 +36,7 @@ func start(t *testing.T, cfg onebottest.Config) (*onebottest.Server, *httptest.S
 
 func do(t *testing.T, req *http.Request) (int, envelope) {
 	t.Helper()
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := ownClient.Do(req)
 	require.NoError(t, err)
 	defer func() { _ = resp.Body.Close() }()
 	b, err := io.ReadAll(resp.Body)
@@ -248,3 +248,8 @@ func TestPostSigned(t *testing.T) {
 	require.ErrorAs(t, fake2.Heartbeat(t.Context()), &perr)
 	require.Equal(t, http.StatusForbidden, perr.Status)
 }
+
+// ownClient has a transport of its own: an httptest.Server's Close (in a
+// parallel test) closes http.DefaultTransport's idle connections, which can
+// break a request that was about to use one.
+var ownClient = &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}

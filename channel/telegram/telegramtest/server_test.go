@@ -41,7 +41,7 @@ func rawCall(ctx context.Context, srv *telegramtest.Server, method string, param
 		return 0, answer{}, err
 	}
 	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := ownClient.Do(req)
 	if err != nil {
 		return 0, answer{}, err
 	}
@@ -394,3 +394,8 @@ func TestDriver(t *testing.T) {
 	require.Equal(t, 10, telegramtest.Entity("mention", text, "@alice").Offset, "UTF-16 offset after the emoji")
 	require.Equal(t, 12, telegramtest.UTF16Len("👋🏽 你好 🇯🇵"), "4 + 1 + 2 + 1 + 4")
 }
+
+// ownClient has a transport of its own: an httptest.Server's Close (in a
+// parallel test) closes http.DefaultTransport's idle connections, which can
+// break a request that was about to use one.
+var ownClient = &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}

@@ -4,7 +4,8 @@
 //
 // # Overview
 //
-// [Open] returns a [*DB] that implements the storage ports of the other
+// [Open] returns a [*DB], which owns the file until Close (see "Ownership
+// and crash recovery"), and implements the storage ports of the other
 // stages:
 //
 //   - inbound.Queue and inbound.Checkpoints: the durable inbound queue
@@ -51,23 +52,66 @@
 // writer checkpoints and restarts the WAL itself once it passes 64 MiB, and
 // the WAL file is cut back to 64 MiB.
 //
-// The writer connection opens the file through a VFS of this package
-// (persona-walbuf, registered with the SQLite that go-sqlite3 compiles in;
-// other connections and other users of SQLite in the process keep the
-// default VFS). It is the default VFS except that the frames a commit
+// # Ownership and crash recovery
+//
+// A DB owns its file: Open takes an exclusive lock on a lock file beside it
+// (path + "-lock", created if needed, left in place, holding the owner's
+// process id) and keeps it until Close. While it is held, an Open of the
+// same file, by another process or by this one, under any name (symbolic
+// links are resolved), fails with [ErrLocked], naming the holder. The lock
+// is flock(2) on Linux, macOS, the BSDs and illumos, and a handle shared
+// for reading only on Windows; either way the operating system releases it
+// when the owner's process ends, however it ends (a kill, a crash, a power
+// loss), so a restarted process opens the file at once. On the platforms
+// whose Go syscall package has neither (Solaris, AIX, ...) it holds within
+// one process only: run one process per file there.
+//
+// So when Open has the lock, every lease the file records was granted by a
+// DB that is gone, and none of its holders can end it. Open frees them all
+// before it builds the claim index: each such queue item is pending and
+// claimable at once (its chat's in-flight limit no longer counts it), its
+// attempts and claims as they were (a stored claim counted its attempt,
+// and the next claim moves the claims count on, so the old lease stays
+// dead), with last_error saying that it was freed at Open; the memory
+// extraction jobs' leases likewise. Claims held in memory only (see "The
+// claim index") never reached the file: their rows are as before the
+// claim. A restarted process therefore starts its first turn as soon as it
+// has opened its store, instead of waiting for the dead process's leases
+// (10 minutes by default) to expire. ReleaseExpired remains for the leases
+// of a running DB whose holders stopped without ending them.
+//
+// A plain SQLite connection can read a file that a DB owns (it is an
+// ordinary WAL database). Writes from outside the store are not seen by
+// the DB's in-memory state (claim index, history cache); the rows' claims
+// counts still keep such a write and a lease of the DB from both taking
+// effect.
+//
+// # SQLite in the process
+//
+// The store uses the SQLite that go-sqlite3 compiles into the binary and
+// changes nothing of it for the rest of the process. Importing the package
+// runs no code that touches SQLite. The first Open registers one VFS with
+// SQLite by name, persona-walbuf (once per process, never as the default);
+// the DB's writer connection names it when it opens the file, and no other
+// connection uses it unless it names it too. Everything else a DB does to
+// SQLite is on its own connections (their pragmas and open flags); opening
+// them initializes SQLite, as any program's first connection does. No page
+// cache, automatic extension, function, module, collation or default VFS of
+// the process is changed or added. TestStoreLeavesEmbedderSQLiteAlone
+// builds a program with SQLite connections of its own (internal/embedprobe)
+// without the store, with the store imported, and with a store open and at
+// work, and requires that its connections see the same SQLite each time,
+// but for the one VFS name.
+//
+// persona-walbuf is the default VFS except that the frames a commit
 // appends to the WAL, which SQLite writes as two calls per page, reach the
 // file in one call once the commit frame is complete: before SQLite
 // publishes the commit to readers, and with a failed write failing the
-// commit, so durability and what readers see are unchanged.
-//
-// When this package is initialized it also puts a thin wrapper around
-// SQLite's default page cache (process-wide: SQLite takes a page cache only
-// before it initializes; a program that used SQLite earlier keeps the
-// default one). A B-tree balance swaps two pages' numbers through the
-// pending-byte page number, far past the end of any smaller file, and the
-// default cache then walks all its pages at the end of the transaction;
-// the wrapper gives it a number just past the end of the file instead.
-// Nothing else changes.
+// commit, so durability and what readers see are unchanged. It is written
+// in C (walbuf.c) against declarations of SQLite's interface in
+// sqliteapi.h, which TestSQLiteAPIMatchesSQLite compiles against SQLite's
+// own header. The package needs cgo: a build without it fails with a
+// message that says so.
 //
 // # Implementing
 //
@@ -92,21 +136,22 @@
 // by the index only (inbound.Lease.Held; Lookup and Records show them) and
 // reach the row with the lease's first operation, which writes the claim
 // (attempts, claims, owner, first claim time) and its own change in one
-// statement guarded by the row's claims count. A turn that the gates end
-// thus costs one queue write, its completion. ReleaseExpired writes back
-// expired held leases and Close the ones still held; a process that dies
+// statement guarded by the row's claims count. A held claim whose first
+// operation ends it (a turn the gates stop, say) thus costs one queue
+// write, its completion. ReleaseExpired writes back expired held leases
+// and Close the ones still held; a process that dies
 // holding one leaves the row as it was before the claim, so the item is
-// claimable again at once and that attempt is not counted (the pipeline
-// holds only claims below the direct-trigger priority and extends a held
-// lease, storing it, before a turn's first model call).
+// claimable at once when the file is opened again and that attempt is not
+// counted. The pipeline asks for no held claims: it has every claim stored
+// before any stage runs, so an attempt that kills the process is counted.
 // A lease operation pins its item in the index until its write lands, so
 // no claim takes an item whose lease is being written. The table stays the
 // truth for everything else: a row that a write finds changed is re-read,
-// and ReleaseExpired rebuilds the index (keeping the soft leases). One
-// process owns a file's queue: items another process enqueues into the
-// same file are not claimed by this DB until its next Open, and a lease
-// granted by another handle makes the second holder's first lease
-// operation fail, so such a race never takes effect twice. Enqueue keeps
+// and ReleaseExpired rebuilds the index (keeping the soft leases). No
+// other DB writes the file while this one has it open (see "Ownership and
+// crash recovery"); a lease written from outside the store makes the DB's
+// own lease operation on that item fail (inbound.ErrLeaseLost), so no
+// lease takes effect twice. Enqueue keeps
 // the event it stored (in the form decoding its row gives back), so a
 // claim hands it out without reading or decoding the row.
 //
@@ -146,18 +191,17 @@
 // whole tail in with one sorted write. Every session read covers both in
 // one statement, so it sees the same rows as before: [DB.Recent] finds its
 // session's tail rows by the rowids the writer listed for it, the other
-// reads scan the tail. Rows written through another DB handle are seen by
-// Recent once that handle flushed them (within 2 s).
+// reads scan the tail. The tail an earlier DB on the file left is listed
+// at Open.
 //
 // # Concurrency
 //
 // A DB is safe for concurrent use. All writes go through a single writer
 // connection (a *sql.DB limited to one connection, transactions begun
 // IMMEDIATE, its statements run on the driver connection directly rather
-// than through database/sql, and its writes bind, step and reset in one
-// call into C each, fastexec.c) owned by one goroutine that practises
-// group commit: operations
-// submitted concurrently share one transaction, each still atomic: one that
+// than through database/sql) owned by one goroutine that practises group
+// commit: operations submitted concurrently share one transaction, each
+// still atomic: one that
 // fails returns its own error and leaves no trace, and every caller returns
 // only after the transaction holding its operation committed. A writer
 // that is busy (an operation was waiting, or came within a millisecond of
@@ -168,8 +212,8 @@
 // With Options.CommitDelay set it then also waits up to that long for more
 // (off by default, see the option). Reads use a separate pool of read-only
 // connections (Options.ReadConns) and see every write that returned before
-// them. A lock held by another process is waited for up to
-// Options.BusyTimeout. Close waits for the batch in progress;
+// them. An SQLite lock held by a connection from outside the store is
+// waited for up to Options.BusyTimeout. Close waits for the batch in progress;
 // afterwards every method returns [ErrClosed].
 //
 // Besides the claim index, a DB keeps in memory the newest transcript
@@ -181,7 +225,7 @@
 // window itself (memory.RecentViewer; the pipeline reads its turns'
 // history so): a window's arrays are only ever appended to beyond every
 // slice lent, or replaced, so a lent window never changes. Like the claim
-// index, the cache does not see rows written to the file by another DB
-// handle or process (one process owns a store file), nor rowids renumbered
-// by a VACUUM run from outside: reopen the DB after either.
+// index, the cache does not see rows written to the file from outside the
+// store, nor rowids renumbered by a VACUUM run from outside: reopen the DB
+// after either.
 package store

@@ -40,10 +40,10 @@ const (
 // message_events stays the truth: the cache is filled from what Recent reads
 // and kept in step by this DB's own writes to the table, applied by
 // post-commit hooks on the writer goroutine (writeOp.after), so in commit
-// order and only once committed. Writes to the file by another DB handle or
-// process are not seen (one process owns a store file, as for the claim
-// index, see sched.go); neither is a VACUUM run from outside, which may
-// renumber rowids.
+// order and only once committed. No other DB writes the file while this
+// one has it open (a DB owns its file, see Open); writes from outside the
+// store (a plain SQLite connection, a VACUUM, which may renumber rowids)
+// are not seen.
 //
 // A cached session holds a window: its rows from some row on up to the
 // newest, in (event_time, rowid) order, as Recent sorts them; complete

@@ -147,8 +147,8 @@ func (d *DB) recent(ctx context.Context, sessionKey string, limit int, shared bo
 // transaction commits, so when the session's list version is the same
 // after the query as before it, every row of the session that the query's
 // snapshot holds was listed. Otherwise the read is repeated, and after
-// recentTries it scans the tail instead. Rows another handle wrote are
-// seen once that handle flushed them into the timeline.
+// recentTries it scans the tail instead. The tail an earlier DB on the file
+// left is listed at Open (see startTimelineFlusher).
 func (d *DB) recentRows(ctx context.Context, sessionKey string, limit int) ([]histEntry, error) {
 	stmt, err := d.events.recentStmt(ctx, d.rdb)
 	if err != nil {

@@ -69,8 +69,9 @@ AND (scope <> 'user' OR session_key <> ?2 OR subject_user_id IN (SELECT value FR
 ORDER BY importance DESC, updated_at DESC, id
 LIMIT ?7`
 
-// CandidateFacts implements memory.FactStore (SPEC §9.4 step 1): active,
-// unexpired facts of this chat (group and private scope), global facts, and
+// CandidateFacts implements memory.FactStore (recall's structured
+// filter): active, unexpired facts of this chat (group and private scope),
+// global facts, and
 // user-scoped facts about the participants learned in this chat or, within
 // the same platform, in a private chat; f.CrossGroup admits user facts
 // learned in other groups, f.CrossChannel facts learned on other platforms.
@@ -341,7 +342,7 @@ WHERE id = ?1`, id, string(b), f.Confidence, f.Importance, nullMs(f.ExpiresAt), 
 	return nil
 }
 
-// ForgetUser implements memory.FactStore ("forget me", SPEC §9.5): in one
+// ForgetUser implements memory.FactStore ("forget me"): in one
 // transaction every fact row whose subject is the user on the platform
 // (active or superseded) becomes forgotten with its content, evidence and
 // sources erased and its index entry removed, the user's pending and

@@ -272,21 +272,26 @@ func (d *DB) Record(ctx context.Context, it inbound.Item, o inbound.Outcome) (bo
 // show them, and the row gets the claim with the lease's first operation
 // (Extend, Complete, Retry, Snooze, Release), which writes the claim and
 // its own change in one statement; ReleaseExpired writes back expired
-// held leases, and Close the ones still held. A turn ended by the gates
-// then costs one queue write (its completion) instead of two. A process
-// that dies holding such a lease leaves the row as it was before the
-// claim: the item is claimable again at once and that attempt is not
-// counted. A holder about to do something that could kill the process
-// (call a model, send) makes the attempt durable first by extending the
-// lease, as the pipeline does once the gates have passed.
+// held leases, and Close the ones still held. A held claim whose first
+// operation ends it (a turn the gates stop, say) then costs one queue
+// write (its completion) instead of two. A process that dies holding such
+// a lease leaves the row as it was before the claim: the item is
+// claimable at once when the file is opened again, and
+// that attempt is not counted (a stored lease of a process that dies is
+// freed by the next Open too, its attempt counted; see Open). A holder
+// about to do something that could kill the process (call a model, send)
+// makes the attempt durable first by extending the lease. The pipeline
+// holds no claims (it sets no HoldBelow): every claim it makes is stored
+// before any stage runs.
 //
 // Lease operations (Extend, Complete, Retry, Snooze, Release) succeed only
 // while the item is leased to l.Owner with l.Claims claims; every claim
 // increments the claims, so a holder whose lease expired and was claimed
 // again, even under the same owner name, gets inbound.ErrLeaseLost. The
-// row's claims count fences the write, so a lease granted behind this DB's
-// back (by another handle on the file) makes the other holder's first
-// operation fail instead of doubling it.
+// row's claims count fences the write, so a lease written behind this
+// DB's back (no other DB can have the file open, but a plain SQLite
+// connection can write it) makes the DB's own operation fail instead of
+// doubling it.
 func (d *DB) Claim(ctx context.Context, limits inbound.Limits) ([]inbound.Lease, error) {
 	if limits.Max <= 0 {
 		return nil, nil
@@ -366,8 +371,8 @@ func (d *DB) Claim(ctx context.Context, limits inbound.Limits) ([]inbound.Lease,
 
 // storeClaims writes the claims of items just leased by sched.claim (soft
 // leases of owner) in one write, making them ordinary leases. It returns
-// the items another handle changed behind the index (their rows' claims
-// moved on): those are not leased, and the index re-reads them. On error
+// the items a write from outside the store changed behind the index (their
+// rows' claims moved on): those are not leased, and the index re-reads them. On error
 // nothing was written and the items are still soft leases.
 func (d *DB) storeClaims(ctx context.Context, items []claimedItem, owner string, now int64) (map[string]bool, error) {
 	ids := make([]string, 0, len(items))
@@ -810,6 +815,56 @@ func (d *DB) ReleaseExpired(ctx context.Context) (int, error) {
 		}
 	}
 	return int(n), nil
+}
+
+// freedAtOpen is the last_error Open gives the items and memory jobs whose
+// leases it frees.
+const freedAtOpen = "lease freed when the store was opened: the DB that granted it was gone"
+
+// sqlFreeLeases returns every leased item to pending, claimable from ?1 at
+// the latest, its attempts and claims as they are (Open; see freeLeases).
+const sqlFreeLeases = `UPDATE inbound_items SET status = 'pending', lease_owner = NULL, lease_until = NULL,
+    available_at = min(available_at, ?1), last_error = ?2, updated_at = ?1
+WHERE ` + sqlFromQueueFloor + ` AND status = 'leased'`
+
+// sqlFreeJobLeases does the same for the memory jobs.
+const sqlFreeJobLeases = `UPDATE memory_jobs SET status = 'pending', lease_owner = NULL, lease_until = NULL,
+    available_at = min(available_at, ?1), last_error = ?2, updated_at = ?1
+WHERE status = 'leased'`
+
+// freeLeases frees, at Open, every lease the file records: the queue
+// items' and the memory jobs'. Open holds the file's lock, so every such
+// lease was granted by a DB that is gone (closed, or its process ended),
+// and none of its holders can use it any more: waiting for its expiry
+// would only hold its session's in-flight slot. Each freed item is
+// pending and claimable at once; its attempts and claims stay as they are
+// (a stored claim counted its attempt; the claims count moves on with the
+// next claim, so the old lease stays dead). Leases held in memory only
+// never reached the file: their rows are as before the claim already.
+// It runs before the claim index is built (reload), so the index never
+// sees the old leases.
+func (d *DB) freeLeases(ctx context.Context) error {
+	now := d.now()
+	var items, jobs int64
+	err := d.write(ctx, func(tx wtx) error {
+		res, err := tx.exec(sqlFreeLeases, now, freedAtOpen)
+		if err != nil {
+			return err
+		}
+		items = affected(res)
+		if res, err = tx.exec(sqlFreeJobLeases, now, freedAtOpen); err != nil {
+			return err
+		}
+		jobs = affected(res)
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("store: free the previous owner's leases: %w", err)
+	}
+	if items > 0 || jobs > 0 {
+		d.log.Info("store: freed the leases of the file's previous owner", "items", items, "memory_jobs", jobs)
+	}
+	return nil
 }
 
 // writeSoftLeases puts every soft lease still held into its row (Close:

@@ -28,11 +28,11 @@ import (
 // by the write's post-commit hook, on the writer goroutine, so the index
 // sees the writes in commit order. A lease operation pins its item (out of
 // every heap, counted in flight) from before its write is queued until its
-// hook or failure settles it, so no claim takes it meanwhile. A second DB
-// handle writing the same file's queue is not seen (one process owns a
-// queue file, see the package documentation); the row's claims count,
-// which every write of a lease checks, makes such a race fail the second
-// holder's first write, never take effect twice.
+// hook or failure settles it, so no claim takes it meanwhile. No other DB
+// writes the file while this one has it open (a DB owns its file, see
+// Open); a write from outside the store (a plain SQLite connection) is not
+// seen, and the row's claims count, which every write of a lease checks,
+// makes such a race fail the DB's own write, never take effect twice.
 
 // Where a live item sits in the index.
 const (
@@ -588,7 +588,7 @@ func scanLive(sc interface{ Scan(...any) error }) (*schedItem, error) {
 // not have of old (the index being replaced): its soft leases, and the pins
 // of lease writes in flight (their hooks apply to s, and their waiters wait
 // on the same channel). A soft lease whose row's claims moved on since it
-// was granted (another handle claimed the item) is lost. old.mu is held by
+// was granted (a write from outside the store claimed the item) is lost. old.mu is held by
 // the caller.
 func (s *sched) keepSoft(old *sched, now int64) {
 	for id, o := range old.items {

@@ -161,9 +161,10 @@ func TestClaimIndexMatchesTable(t *testing.T) {
 	}
 }
 
-// TestClaimIndexSurvivesRestart: leases and delays written by one handle
-// are honoured by the next handle on the file, which rebuilds its index
-// from the table.
+// TestClaimIndexSurvivesRestart: the next DB on the file rebuilds its index
+// from the table. Delays hold; the previous DB's leases are freed (their
+// holders went with it): claimable at once, their attempts counted, and
+// the old holder's lease is lost.
 func TestClaimIndexSurvivesRestart(t *testing.T) {
 	t.Parallel()
 	clk := clock.NewFake(t0)
@@ -190,25 +191,33 @@ func TestClaimIndexSurvivesRestart(t *testing.T) {
 	d, err = Open(path, Options{Clock: clk})
 	require.NoError(t, err)
 	defer func() { require.NoError(t, d.Close()) }()
+	rec, err := d.Lookup(ctx, keys[0])
+	require.NoError(t, err)
+	require.Equal(t, inbound.StatusPending, rec.Status, "freed at Open, though its lease has not expired")
+	require.Equal(t, 1, rec.Attempts)
+	require.Equal(t, freedAtOpen, rec.LastError)
+	require.ErrorIs(t, d.Extend(ctx, &ls[0], time.Minute), inbound.ErrLeaseLost, "the old lease is dead")
 	limits := inbound.Limits{Max: 10, PerGroup: 2, Owner: "new", Lease: time.Minute}
 	got, err := d.Claim(ctx, limits)
 	require.NoError(t, err)
-	require.Equal(t, keys[1:2], ids(got), "the old unexpired lease still counts against the session")
-	// The old holder's lease is still valid on the new handle.
-	require.NoError(t, d.Extend(ctx, &ls[0], time.Minute))
-	clk.Advance(90 * time.Second)
-	got, err = d.Claim(ctx, limits)
-	require.NoError(t, err)
-	require.Equal(t, keys[:2], ids(got), "both leases expired: claimable again, front first, up to the limit")
+	require.Equal(t, keys[:2], ids(got), "front first, up to the limit: the freed item is claimable at once")
+	require.Equal(t, 2, got[0].Attempts)
+	require.Equal(t, 2, got[0].Claims)
 	at, ok, err := d.NextAvailable(ctx)
 	require.NoError(t, err)
 	require.True(t, ok)
 	require.Equal(t, t0, at.UTC(), "keys[2] has been available since it was enqueued")
+	clk.Advance(90 * time.Minute)
+	got, err = d.Claim(ctx, inbound.Limits{Max: 10, PerGroup: 10, Owner: "new"})
+	require.NoError(t, err)
+	require.Equal(t, keys, ids(got), "the delay of keys[3] held; the expired leases are claimable again")
 }
 
-// twoHandles opens two DBs on one new file holding two pending items of
-// two groups (their keys in claim order), enqueued through the first.
-func twoHandles(t *testing.T) (a, b *DB, keys []string) {
+// behindTheIndex opens a DB on a new file holding two pending items of two
+// groups (their keys in claim order), and a plain SQLite connection to the
+// same file: something other than the DB (an operator's tool, say) that
+// writes to the table behind the DB's claim index.
+func behindTheIndex(t *testing.T) (a *DB, raw *sql.DB, keys []string) {
 	t.Helper()
 	clk := clock.NewFake(t0)
 	path := filepath.Join(t.TempDir(), "q.db")
@@ -221,24 +230,33 @@ func twoHandles(t *testing.T) (a, b *DB, keys []string) {
 		require.NoError(t, err)
 		keys = append(keys, ev.Key())
 	}
-	b, err = Open(path, Options{Clock: clk})
+	raw, err = sql.Open("sqlite3", "file:"+path+"?_busy_timeout=5000")
 	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, b.Close()) })
-	return a, b, keys
+	t.Cleanup(func() { require.NoError(t, raw.Close()) })
+	return a, raw, keys
 }
 
-// TestClaimGuardAgainstSecondHandle: a second handle on the same file
-// claims an item behind the first handle's back; the first handle's stored
-// claim does not lease it again, learns its state, and takes the next
-// item.
-func TestClaimGuardAgainstSecondHandle(t *testing.T) {
-	t.Parallel()
-	a, b, keys := twoHandles(t)
-	ctx := t.Context()
-	lb, err := b.Claim(ctx, inbound.Limits{Max: 1, Owner: "b"})
+// leaseBehind stores a lease of the item with id to owner "b" through raw,
+// as a claim of another writer would.
+func leaseBehind(t *testing.T, raw *sql.DB, id string) {
+	t.Helper()
+	res, err := raw.ExecContext(t.Context(), `UPDATE inbound_items SET status = 'leased', lease_owner = 'b',
+    lease_until = ?1, claims = claims + 1, attempts = attempts + 1, first_claimed_at = coalesce(first_claimed_at, ?1)
+WHERE id = ?2 AND status = 'pending'`, ms(t0.Add(time.Minute)), id)
 	require.NoError(t, err)
-	require.Equal(t, keys[:1], ids(lb))
-	require.False(t, lb[0].Held)
+	n, err := res.RowsAffected()
+	require.NoError(t, err)
+	require.EqualValues(t, 1, n)
+}
+
+// TestClaimGuardAgainstWritesBehindTheIndex: a lease is written to the
+// table behind the DB's back; the DB's stored claim does not lease the
+// item again, learns its state, and takes the next item.
+func TestClaimGuardAgainstWritesBehindTheIndex(t *testing.T) {
+	t.Parallel()
+	a, raw, keys := behindTheIndex(t)
+	ctx := t.Context()
+	leaseBehind(t, raw, keys[0])
 
 	la, err := a.Claim(ctx, inbound.Limits{Max: 1, Owner: "a"})
 	require.NoError(t, err)
@@ -258,39 +276,42 @@ func TestClaimGuardAgainstSecondHandle(t *testing.T) {
 	require.False(t, soft)
 	require.Equal(t, 1, claims)
 	require.Equal(t, 1, attempts)
-	require.NoError(t, b.Complete(ctx, lb[0], inbound.Outcome{Code: outcome.Replied}))
+	require.NoError(t, a.Complete(ctx, la[0], inbound.Outcome{Code: outcome.Replied}))
 }
 
-// TestSecondHandleLosesAtFirstWrite: a second handle on the same file
-// does not see the first handle's soft leases, so both may lease an item;
-// the row's claims count lets only the first lease operation to reach the
-// row through, and the loser's index learns the row's state.
-func TestSecondHandleLosesAtFirstWrite(t *testing.T) {
+// TestHeldLeaseLosesToWriteBehindTheIndex: the table does not show the
+// DB's leases held in memory, so a writer behind its back may lease the
+// same item; the row's claims count lets only the first lease operation
+// to reach the row through, and the loser's index learns the row's state.
+func TestHeldLeaseLosesToWriteBehindTheIndex(t *testing.T) {
 	t.Parallel()
-	a, b, keys := twoHandles(t)
+	a, raw, keys := behindTheIndex(t)
 	ctx := t.Context()
-	held := inbound.Limits{Max: 1, Owner: "b", HoldBelow: math.MaxInt}
-	lb, err := b.Claim(ctx, held)
-	require.NoError(t, err)
-	require.Equal(t, keys[:1], ids(lb))
-	require.True(t, lb[0].Held)
-	held.Owner = "a"
+	held := inbound.Limits{Max: 1, Owner: "a", HoldBelow: math.MaxInt}
 	la, err := a.Claim(ctx, held)
 	require.NoError(t, err)
-	require.Equal(t, keys[:1], ids(la), "b's lease is in b's memory only")
+	require.Equal(t, keys[:1], ids(la))
+	require.True(t, la[0].Held)
 
-	require.NoError(t, b.Extend(ctx, &lb[0], time.Minute), "b writes its claim first")
-	require.False(t, lb[0].Held, "stored by the extension")
+	leaseBehind(t, raw, keys[0])
 	require.ErrorIs(t, a.Complete(ctx, la[0], inbound.Outcome{Code: outcome.Replied}), inbound.ErrLeaseLost)
 	rec, err := a.Lookup(ctx, keys[0])
 	require.NoError(t, err)
 	require.Equal(t, inbound.StatusLeased, rec.Status, "a learnt b's lease from the row")
+	require.Equal(t, "b", leaseOwner(t, raw, keys[0]))
 	require.Equal(t, 1, rec.Attempts)
 	la, err = a.Claim(ctx, held)
 	require.NoError(t, err)
 	require.Equal(t, keys[1:], ids(la), "a leases the other item, not b's again")
-	require.NoError(t, b.Complete(ctx, lb[0], inbound.Outcome{Code: outcome.Replied}))
 	require.NoError(t, a.Complete(ctx, la[0], inbound.Outcome{Code: outcome.Replied}))
+}
+
+// leaseOwner reads the row's lease owner through raw.
+func leaseOwner(t *testing.T, raw *sql.DB, id string) string {
+	t.Helper()
+	var owner sql.NullString
+	require.NoError(t, raw.QueryRowContext(t.Context(), `SELECT lease_owner FROM inbound_items WHERE id = ?`, id).Scan(&owner))
+	return owner.String
 }
 
 // TestClaimWritesNothing: a claim leases in memory (Lookup shows it); the
@@ -435,9 +456,10 @@ func TestStaleSoftHolderLoses(t *testing.T) {
 	require.False(t, still)
 }
 
-// TestCloseWritesHeldLeases: Close writes the leases still held in memory,
-// so the next handle honours them, and a holder's operation after Close
-// fails at once.
+// TestCloseWritesHeldLeases: Close writes the leases still held in memory
+// (their attempts were made), a holder's operation after Close fails at
+// once, and the next Open frees them: pending, the attempt counted, the
+// old lease lost.
 func TestCloseWritesHeldLeases(t *testing.T) {
 	t.Parallel()
 	clk := clock.NewFake(t0)
@@ -453,15 +475,29 @@ func TestCloseWritesHeldLeases(t *testing.T) {
 	require.True(t, ls[0].Held)
 	require.NoError(t, d.Close())
 	require.ErrorIs(t, d.Complete(ctx, ls[0], inbound.Outcome{Code: outcome.Replied}), ErrClosed)
+	raw, err := sql.Open("sqlite3", path)
+	require.NoError(t, err)
+	var status string
+	var attempts int
+	require.NoError(t, raw.QueryRowContext(ctx, `SELECT status, attempts FROM inbound_items WHERE id = ?`, ev.Key()).
+		Scan(&status, &attempts))
+	require.NoError(t, raw.Close())
+	require.Equal(t, "leased", status, "written by Close")
+	require.Equal(t, 1, attempts)
 
 	d, err = Open(path, Options{Clock: clk})
 	require.NoError(t, err)
 	defer func() { require.NoError(t, d.Close()) }()
 	rec, err := d.Lookup(ctx, ev.Key())
 	require.NoError(t, err)
-	require.Equal(t, inbound.StatusLeased, rec.Status)
+	require.Equal(t, inbound.StatusPending, rec.Status)
 	require.Equal(t, 1, rec.Attempts)
-	require.NoError(t, d.Complete(ctx, ls[0], inbound.Outcome{Code: outcome.Replied}), "the lease is still the holder's")
+	require.ErrorIs(t, d.Complete(ctx, ls[0], inbound.Outcome{Code: outcome.Replied}), inbound.ErrLeaseLost)
+	again, err := d.Claim(ctx, inbound.Limits{Max: 1, Owner: "w", HoldBelow: 1})
+	require.NoError(t, err)
+	require.Equal(t, []string{ev.Key()}, ids(again))
+	require.Equal(t, 2, again[0].Attempts)
+	require.NoError(t, d.Complete(ctx, again[0], inbound.Outcome{Code: outcome.Replied}))
 }
 
 // TestLeasesUnderConcurrency drives claims (stored and held), lease

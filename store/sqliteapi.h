@@ -1,127 +1,117 @@
 /*
- * The few declarations of SQLite's public C interface that walbuf.c and
- * pcache.c need, written from SQLite's documentation
- * (https://sqlite.org/c3ref/vfs.html, https://sqlite.org/c3ref/io_methods.html,
- * https://sqlite.org/c3ref/pcache_methods2.html). The functions are SQLite's
- * own, compiled into the binary by github.com/mattn/go-sqlite3; its header is
- * not on the include path of this package, so the declarations are here.
+ * The declarations of SQLite's C interface that walbuf.c needs, written
+ * from SQLite's documentation (https://sqlite.org/c3ref/vfs.html,
+ * https://sqlite.org/c3ref/io_methods.html). The functions are SQLite's own,
+ * compiled into the binary by github.com/mattn/go-sqlite3, whose header is
+ * not on this package's include path; hence the declarations here.
+ *
+ * They are checked against SQLite's header: TestSQLiteAPIMatchesSQLite
+ * compiles testdata/sqliteapi_check.c, which includes go-sqlite3's
+ * sqlite3-binding.h and then this file with SQLAPI_CHECK defined. In that
+ * mode the type names below stand for SQLite's own types, so every function
+ * declared here is a redeclaration of SQLite's and the compiler rejects any
+ * difference; the structs are declared under other tags and compared with
+ * SQLite's field by field (offset and type) and in size; and every constant
+ * is compared with SQLite's. Whatever is added here must be added to that
+ * check.
  */
 #ifndef PERSONA_SQLITEAPI_H
 #define PERSONA_SQLITEAPI_H
 
-typedef long long walbuf_i64;
+/* sqlite3_int64 (checked to be the same type). */
+typedef long long sqlapi_i64;
 
-typedef struct walbuf_sqlite3_file walbuf_sqlite3_file;
-typedef struct walbuf_io_methods walbuf_io_methods;
-typedef struct walbuf_vfs walbuf_vfs;
-typedef struct walbuf_mutex walbuf_mutex; /* sqlite3_mutex, opaque */
+#ifdef SQLAPI_CHECK
+typedef sqlite3_file sqlapi_file;
+typedef sqlite3_io_methods sqlapi_io_methods;
+typedef sqlite3_vfs sqlapi_vfs;
+typedef sqlite3_mutex sqlapi_mutex;
+#define SQLAPI_STRUCT(tag) struct tag##_decl
+#else
+typedef struct sqlapi_file sqlapi_file;
+typedef struct sqlapi_io_methods sqlapi_io_methods;
+typedef struct sqlapi_vfs sqlapi_vfs;
+typedef struct sqlapi_mutex sqlapi_mutex; /* sqlite3_mutex, opaque */
+#define SQLAPI_STRUCT(tag) struct tag
+#endif
 
 /* sqlite3_file: every open file starts with its method table. */
-struct walbuf_sqlite3_file {
-	const walbuf_io_methods *pMethods;
+SQLAPI_STRUCT(sqlapi_file) {
+	const sqlapi_io_methods *pMethods;
 };
 
-/* sqlite3_io_methods, versions 1 to 3 (fields in documented order). */
-struct walbuf_io_methods {
+/* sqlite3_io_methods, versions 1 to 3. */
+SQLAPI_STRUCT(sqlapi_io_methods) {
 	int iVersion;
-	int (*xClose)(walbuf_sqlite3_file *);
-	int (*xRead)(walbuf_sqlite3_file *, void *, int iAmt, walbuf_i64 iOfst);
-	int (*xWrite)(walbuf_sqlite3_file *, const void *, int iAmt, walbuf_i64 iOfst);
-	int (*xTruncate)(walbuf_sqlite3_file *, walbuf_i64 size);
-	int (*xSync)(walbuf_sqlite3_file *, int flags);
-	int (*xFileSize)(walbuf_sqlite3_file *, walbuf_i64 *pSize);
-	int (*xLock)(walbuf_sqlite3_file *, int);
-	int (*xUnlock)(walbuf_sqlite3_file *, int);
-	int (*xCheckReservedLock)(walbuf_sqlite3_file *, int *pResOut);
-	int (*xFileControl)(walbuf_sqlite3_file *, int op, void *pArg);
-	int (*xSectorSize)(walbuf_sqlite3_file *);
-	int (*xDeviceCharacteristics)(walbuf_sqlite3_file *);
-	int (*xShmMap)(walbuf_sqlite3_file *, int iPg, int pgsz, int, void volatile **);
-	int (*xShmLock)(walbuf_sqlite3_file *, int offset, int n, int flags);
-	void (*xShmBarrier)(walbuf_sqlite3_file *);
-	int (*xShmUnmap)(walbuf_sqlite3_file *, int deleteFlag);
-	int (*xFetch)(walbuf_sqlite3_file *, walbuf_i64 iOfst, int iAmt, void **pp);
-	int (*xUnfetch)(walbuf_sqlite3_file *, walbuf_i64 iOfst, void *p);
+	int (*xClose)(sqlapi_file *);
+	int (*xRead)(sqlapi_file *, void *, int iAmt, sqlapi_i64 iOfst);
+	int (*xWrite)(sqlapi_file *, const void *, int iAmt, sqlapi_i64 iOfst);
+	int (*xTruncate)(sqlapi_file *, sqlapi_i64 size);
+	int (*xSync)(sqlapi_file *, int flags);
+	int (*xFileSize)(sqlapi_file *, sqlapi_i64 *pSize);
+	int (*xLock)(sqlapi_file *, int);
+	int (*xUnlock)(sqlapi_file *, int);
+	int (*xCheckReservedLock)(sqlapi_file *, int *pResOut);
+	int (*xFileControl)(sqlapi_file *, int op, void *pArg);
+	int (*xSectorSize)(sqlapi_file *);
+	int (*xDeviceCharacteristics)(sqlapi_file *);
+	int (*xShmMap)(sqlapi_file *, int iPg, int pgsz, int, void volatile **);
+	int (*xShmLock)(sqlapi_file *, int offset, int n, int flags);
+	void (*xShmBarrier)(sqlapi_file *);
+	int (*xShmUnmap)(sqlapi_file *, int deleteFlag);
+	int (*xFetch)(sqlapi_file *, sqlapi_i64 iOfst, int iAmt, void **pp);
+	int (*xUnfetch)(sqlapi_file *, sqlapi_i64 iOfst, void *p);
 };
 
-/* sqlite3_vfs, versions 1 and 2 (fields in documented order; version 3
- * adds the system-call hooks, which this VFS does not offer). */
-struct walbuf_vfs {
+/* sqlite3_vfs, versions 1 and 2: a prefix of SQLite's struct (version 3
+ * adds the system-call hooks, which walbuf's VFS does not offer). */
+SQLAPI_STRUCT(sqlapi_vfs) {
 	int iVersion;
 	int szOsFile;
 	int mxPathname;
-	walbuf_vfs *pNext;
+	sqlapi_vfs *pNext;
 	const char *zName;
 	void *pAppData;
-	int (*xOpen)(walbuf_vfs *, const char *zName, walbuf_sqlite3_file *, int flags, int *pOutFlags);
-	int (*xDelete)(walbuf_vfs *, const char *zName, int syncDir);
-	int (*xAccess)(walbuf_vfs *, const char *zName, int flags, int *pResOut);
-	int (*xFullPathname)(walbuf_vfs *, const char *zName, int nOut, char *zOut);
-	void *(*xDlOpen)(walbuf_vfs *, const char *zFilename);
-	void (*xDlError)(walbuf_vfs *, int nByte, char *zErrMsg);
-	void (*(*xDlSym)(walbuf_vfs *, void *, const char *zSymbol))(void);
-	void (*xDlClose)(walbuf_vfs *, void *);
-	int (*xRandomness)(walbuf_vfs *, int nByte, char *zOut);
-	int (*xSleep)(walbuf_vfs *, int microseconds);
-	int (*xCurrentTime)(walbuf_vfs *, double *);
-	int (*xGetLastError)(walbuf_vfs *, int, char *);
-	int (*xCurrentTimeInt64)(walbuf_vfs *, walbuf_i64 *);
+	int (*xOpen)(sqlapi_vfs *, const char *zName, sqlapi_file *, int flags, int *pOutFlags);
+	int (*xDelete)(sqlapi_vfs *, const char *zName, int syncDir);
+	int (*xAccess)(sqlapi_vfs *, const char *zName, int flags, int *pResOut);
+	int (*xFullPathname)(sqlapi_vfs *, const char *zName, int nOut, char *zOut);
+	void *(*xDlOpen)(sqlapi_vfs *, const char *zFilename);
+	void (*xDlError)(sqlapi_vfs *, int nByte, char *zErrMsg);
+	void (*(*xDlSym)(sqlapi_vfs *, void *, const char *zSymbol))(void);
+	void (*xDlClose)(sqlapi_vfs *, void *);
+	int (*xRandomness)(sqlapi_vfs *, int nByte, char *zOut);
+	int (*xSleep)(sqlapi_vfs *, int microseconds);
+	int (*xCurrentTime)(sqlapi_vfs *, double *);
+	int (*xGetLastError)(sqlapi_vfs *, int, char *);
+	int (*xCurrentTimeInt64)(sqlapi_vfs *, sqlapi_i64 *);
 };
 
-/* sqlite3_pcache_page and sqlite3_pcache_methods2 (version 1 and 2 fields
- * in documented order). A cache is opaque. */
-typedef struct walbuf_pcache walbuf_pcache;
-typedef struct walbuf_pcache_page {
-	void *pBuf;
-	void *pExtra;
-} walbuf_pcache_page;
-typedef struct walbuf_pcache_methods2 {
-	int iVersion;
-	void *pArg;
-	int (*xInit)(void *);
-	void (*xShutdown)(void *);
-	walbuf_pcache *(*xCreate)(int szPage, int szExtra, int bPurgeable);
-	void (*xCachesize)(walbuf_pcache *, int nCachesize);
-	int (*xPagecount)(walbuf_pcache *);
-	walbuf_pcache_page *(*xFetch)(walbuf_pcache *, unsigned key, int createFlag);
-	void (*xUnpin)(walbuf_pcache *, walbuf_pcache_page *, int discard);
-	void (*xRekey)(walbuf_pcache *, walbuf_pcache_page *, unsigned oldKey, unsigned newKey);
-	void (*xTruncate)(walbuf_pcache *, unsigned iLimit);
-	void (*xDestroy)(walbuf_pcache *);
-	void (*xShrink)(walbuf_pcache *);
-} walbuf_pcache_methods2;
+/* Result codes, open flags and the mutex type used (SQLITE_...). */
+#define SQLAPI_OK 0
+#define SQLAPI_ERROR 1
+#define SQLAPI_NOMEM 7
+#define SQLAPI_OPEN_MAIN_DB 0x00000100
+#define SQLAPI_OPEN_WAL 0x00080000
+#define SQLAPI_MUTEX_FAST 0
 
-/* Installs the page cache wrapper of pcache.c; an SQLite result code
- * (SQLITE_MISUSE when SQLite was already initialized). */
-int pcache_install(void);
+/* SQLite's functions (https://sqlite.org/c3ref/funclist.html). */
+sqlapi_vfs *sqlite3_vfs_find(const char *zVfsName);
+int sqlite3_vfs_register(sqlapi_vfs *, int makeDflt);
+const char *sqlite3_filename_database(const char *);
+sqlapi_mutex *sqlite3_mutex_alloc(int);
+void sqlite3_mutex_enter(sqlapi_mutex *);
+void sqlite3_mutex_leave(sqlapi_mutex *);
+int sqlite3_threadsafe(void);
 
-/* How many balance swaps the wrapper parked under its own number (tests). */
-walbuf_i64 pcache_parks(void);
+/* walbuf.c's own functions. */
 
-/* Registers the VFS under name; an SQLite result code. Call it once per
- * process. */
+/* Registers the VFS under name (never as the default); an SQLite result
+ * code. Call it once per process. */
 int walbuf_register(const char *name);
 
 /* Counters for tests and benchmarks: WAL writes SQLite asked for, and the
  * write calls they became. */
-void walbuf_counts(walbuf_i64 *requested, walbuf_i64 *issued);
-
-/* fastexec.c: one call per write statement on the writer's connection. */
-#include <stdint.h>
-enum { FX_NULL, FX_INT, FX_FLOAT, FX_TEXT, FX_BLOB };
-typedef struct fx_arg {
-	int kind; /* FX_* */
-	int n;    /* text or blob length */
-	long long i; /* the integer, or the text's or blob's offset in buf */
-	double d;
-} fx_arg;
-
-/* Defines fx_handle() on the connections opened with VFS vfs from now on;
- * an SQLite result code. Call it once per process. */
-int fx_register(const char *vfs);
-int fx_prepare(uintptr_t db, const char *sql, int n, uintptr_t *stmt, int *params);
-void fx_finalize(uintptr_t stmt);
-int fx_exec(uintptr_t db, uintptr_t stmt, int nargs, const fx_arg *args, const char *buf, long long *changes,
-	long long *rowid, char *err, int errn);
+void walbuf_counts(sqlapi_i64 *requested, sqlapi_i64 *issued);
 
 #endif /* PERSONA_SQLITEAPI_H */

@@ -160,6 +160,8 @@ type DB struct {
 	// indexer, see search_deferred.go); untokenized: some rows may be.
 	deferTokens bool
 	untokenized atomic.Bool
+	// owner is the DB's hold on the file's lock file, released by Close.
+	owner *ownerLock
 }
 
 // writerCacheKiB is the writer connection's page cache size (see Open).
@@ -169,6 +171,14 @@ const writerCacheKiB = 8 << 10
 // the embedded migrations and starts the writer. path must name a file; an
 // in-memory database is refused because the read pool and the writer would
 // each see a different one.
+//
+// The returned DB owns the file until Close: Open takes an exclusive lock
+// on the lock file beside it (path + "-lock", created if needed and left in
+// place), and fails with ErrLocked while another DB, in this process or
+// another, holds it. Once it holds the lock, Open frees every lease the
+// file still records (a previous owner's, whose holders are gone): each
+// such item is pending and claimable at once, its attempts as they were.
+// See "Ownership and crash recovery" in the package documentation.
 func Open(path string, opts Options) (*DB, error) {
 	if path == "" || path == ":memory:" || strings.HasPrefix(path, "file:") {
 		return nil, fmt.Errorf("%w: store.Open needs a file path, got %q", ErrInvalid, path)
@@ -187,8 +197,20 @@ func Open(path string, opts Options) (*DB, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	// The file has one owner: this DB, until Close (see "Ownership and
+	// crash recovery" in the package documentation).
+	owner, err := acquireOwner(abs)
+	if err != nil {
+		return nil, fmt.Errorf("store: open %s: %w", path, err)
+	}
 	d := &DB{path: abs, clk: clock.OrReal(opts.Clock), log: log, events: newEventCache(), hist: newHistCache(),
-		sched: newSched()}
+		sched: newSched(), owner: owner}
+	opened := false
+	defer func() {
+		if !opened {
+			_ = owner.release()
+		}
+	}()
 
 	busy := strconv.FormatInt(opts.BusyTimeout.Milliseconds(), 10)
 	wq := url.Values{}
@@ -208,16 +230,13 @@ func Open(path string, opts Options) (*DB, error) {
 	// page number (past the end of any smaller file) for a moment, and the
 	// next commit then walks the whole page cache to drop pages past the
 	// end of the file. With a 64 MiB cache that walk was 11–13 % of the
-	// writer's time once the cache had filled. The page cache wrapper of
-	// pcache.c now keeps that walk short when it is installed (see
-	// pcacheWrapped); 8 MiB stays the size either way: it holds the inner
-	// pages of a database of millions of rows.
+	// writer's time once the cache had filled; 8 MiB holds the inner pages
+	// of a database of millions of rows.
 	wq.Set("_cache_size", strconv.Itoa(-writerCacheKiB))
 	// The writer's VFS writes a commit's WAL frames in one call (walbuf.c).
+	// It is registered with SQLite by the first Open, never as the
+	// default; only this connection names it.
 	if err := registerWALVFS(); err != nil {
-		return nil, err
-	}
-	if err := registerFastExec(); err != nil {
 		return nil, err
 	}
 	wq.Set("vfs", walVFS)
@@ -318,10 +337,17 @@ PRAGMA automatic_index = OFF`); err != nil {
 		return nil, fmt.Errorf("store: open %s: %w", path, err)
 	}
 	d.startSearchIndexer(opts.NoSearchIndexer)
+	// Every lease in the file is a previous owner's, whose holders are
+	// gone: free them all before the claim index is built.
+	if err := d.freeLeases(ctx); err != nil {
+		_ = d.Close()
+		return nil, fmt.Errorf("store: open %s: %w", path, err)
+	}
 	if err := d.reload(ctx); err != nil {
 		_ = d.Close()
 		return nil, fmt.Errorf("store: open %s: %w", path, err)
 	}
+	opened = true
 	return d, nil
 }
 
@@ -337,9 +363,9 @@ func (d *DB) Path() string { return d.path }
 
 // Close stops the background search indexer, writes the leases still held
 // in memory (see Claim), stops the writer, waiting for the batch in
-// progress to commit, and closes every connection. Calls
-// after the first return nil; every other method returns ErrClosed
-// afterwards.
+// progress to commit, closes every connection and then releases the file's
+// lock (see Open). Calls after the first return nil; every other method
+// returns ErrClosed afterwards.
 func (d *DB) Close() error {
 	d.stopSearchIndexer()
 	d.stopTimelineFlusher()
@@ -353,7 +379,13 @@ func (d *DB) Close() error {
 	if softErr != nil {
 		softErr = fmt.Errorf("store: close: write leases: %w", softErr)
 	}
-	return errors.Join(softErr, d.rdb.Close(), d.cdb.Close(), d.wdb.Close())
+	err := errors.Join(softErr, d.rdb.Close(), d.cdb.Close(), d.wdb.Close())
+	// Last: the file is free for the next owner once nothing of this DB
+	// touches it.
+	if uerr := d.owner.release(); uerr != nil {
+		err = errors.Join(err, fmt.Errorf("store: close: release the lock file: %w", uerr))
+	}
+	return err
 }
 
 // now is the store's clock reading, truncated to the millisecond unit every

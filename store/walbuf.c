@@ -30,23 +30,15 @@
 
 #include "sqliteapi.h"
 
-/* SQLite constants used here (values from the documentation). */
-#define WB_OK 0
-#define WB_ERROR 1
-#define WB_NOMEM 7
-#define WB_OPEN_MAIN_DB 0x00000100
-#define WB_OPEN_WAL 0x00080000
+/* SQLite's constants and functions are declared in sqliteapi.h. */
+#define WB_OK SQLAPI_OK
+#define WB_ERROR SQLAPI_ERROR
+#define WB_NOMEM SQLAPI_NOMEM
+#define WB_OPEN_MAIN_DB SQLAPI_OPEN_MAIN_DB
+#define WB_OPEN_WAL SQLAPI_OPEN_WAL
+#define WB_MUTEX_FAST SQLAPI_MUTEX_FAST
+/* The size of a WAL frame header (https://sqlite.org/fileformat.html). */
 #define WB_FRAME_HEADER 24
-
-/* SQLite functions (from the SQLite compiled into the binary). */
-extern walbuf_vfs *sqlite3_vfs_find(const char *zVfsName);
-extern int sqlite3_vfs_register(walbuf_vfs *, int makeDflt);
-extern const char *sqlite3_filename_database(const char *);
-extern walbuf_mutex *sqlite3_mutex_alloc(int);
-extern void sqlite3_mutex_enter(walbuf_mutex *);
-extern void sqlite3_mutex_leave(walbuf_mutex *);
-extern int sqlite3_threadsafe(void);
-#define WB_MUTEX_FAST 0
 
 /* WB_CAP bounds the buffered bytes: a larger commit is written in parts.
  * The unix VFS writes at most 128 KiB - 1 bytes per call (it masks the
@@ -56,8 +48,8 @@ extern int sqlite3_threadsafe(void);
 
 typedef struct wb_file wb_file;
 struct wb_file {
-	walbuf_sqlite3_file base; /* pMethods: wb_io */
-	walbuf_sqlite3_file *real; /* the wrapped VFS's file, right after this struct */
+	sqlapi_file base; /* pMethods: wb_io */
+	sqlapi_file *real; /* the wrapped VFS's file, right after this struct */
 	const char *name;          /* a main database: the name SQLite opened it by */
 	wb_file *wal;              /* a main database: its open WAL, if any */
 	wb_file *db;               /* a WAL: its main database file, if found */
@@ -66,21 +58,21 @@ struct wb_file {
 	int commitNext; /* the next write completes a commit frame */
 	char *buf;
 	int n;          /* buffered bytes */
-	walbuf_i64 off; /* file offset of buf[0] */
+	sqlapi_i64 off; /* file offset of buf[0] */
 };
 
-static walbuf_vfs wb_vfs;
-static walbuf_vfs *wb_real;
-static walbuf_mutex *wb_mu; /* guards wb_mains; SQLite's own mutex, so no thread library is needed */
+static sqlapi_vfs wb_vfs;
+static sqlapi_vfs *wb_real;
+static sqlapi_mutex *wb_mu; /* guards wb_mains; SQLite's own mutex, so no thread library is needed */
 static wb_file *wb_mains;
-static walbuf_i64 wb_requested, wb_issued;
+static sqlapi_i64 wb_requested, wb_issued;
 
-void walbuf_counts(walbuf_i64 *requested, walbuf_i64 *issued) {
+void walbuf_counts(sqlapi_i64 *requested, sqlapi_i64 *issued) {
 	*requested = __atomic_load_n(&wb_requested, __ATOMIC_RELAXED);
 	*issued = __atomic_load_n(&wb_issued, __ATOMIC_RELAXED);
 }
 
-static const walbuf_io_methods *real_methods(wb_file *p) { return p->real->pMethods; }
+static const sqlapi_io_methods *real_methods(wb_file *p) { return p->real->pMethods; }
 
 /* wb_flush writes the buffered bytes of a WAL. The buffer is empty
  * afterwards whatever the result: bytes whose write failed belong to a
@@ -102,7 +94,7 @@ static int wb_flush_wal(wb_file *p) { return p->wal ? wb_flush(p->wal) : WB_OK; 
 /* wb_settle flushes a WAL before any operation other than an append. */
 static int wb_settle(wb_file *p) { return p->isWal ? wb_flush(p) : WB_OK; }
 
-static int wb_close(walbuf_sqlite3_file *f) {
+static int wb_close(sqlapi_file *f) {
 	wb_file *p = (wb_file *)f;
 	int rc = WB_OK, rc2;
 	if (p->isWal) {
@@ -132,7 +124,7 @@ static int wb_close(walbuf_sqlite3_file *f) {
 	return rc != WB_OK ? rc : rc2;
 }
 
-static int wb_read(walbuf_sqlite3_file *f, void *out, int amt, walbuf_i64 off) {
+static int wb_read(sqlapi_file *f, void *out, int amt, sqlapi_i64 off) {
 	wb_file *p = (wb_file *)f;
 	int rc = wb_settle(p);
 	if (rc != WB_OK) {
@@ -150,7 +142,7 @@ static int is_commit_header(const void *data, int amt) {
 	return amt == WB_FRAME_HEADER && (b[4] | b[5] | b[6] | b[7]) != 0;
 }
 
-static int wb_write(walbuf_sqlite3_file *f, const void *data, int amt, walbuf_i64 off) {
+static int wb_write(sqlapi_file *f, const void *data, int amt, sqlapi_i64 off) {
 	wb_file *p = (wb_file *)f;
 	int rc, commit;
 	if (!p->isWal) {
@@ -188,7 +180,7 @@ static int wb_write(walbuf_sqlite3_file *f, const void *data, int amt, walbuf_i6
 	return WB_OK;
 }
 
-static int wb_truncate(walbuf_sqlite3_file *f, walbuf_i64 size) {
+static int wb_truncate(sqlapi_file *f, sqlapi_i64 size) {
 	wb_file *p = (wb_file *)f;
 	int rc = wb_settle(p);
 	if (rc != WB_OK) {
@@ -197,7 +189,7 @@ static int wb_truncate(walbuf_sqlite3_file *f, walbuf_i64 size) {
 	return real_methods(p)->xTruncate(p->real, size);
 }
 
-static int wb_sync(walbuf_sqlite3_file *f, int flags) {
+static int wb_sync(sqlapi_file *f, int flags) {
 	wb_file *p = (wb_file *)f;
 	int rc = wb_settle(p);
 	if (rc != WB_OK) {
@@ -206,7 +198,7 @@ static int wb_sync(walbuf_sqlite3_file *f, int flags) {
 	return real_methods(p)->xSync(p->real, flags);
 }
 
-static int wb_file_size(walbuf_sqlite3_file *f, walbuf_i64 *size) {
+static int wb_file_size(sqlapi_file *f, sqlapi_i64 *size) {
 	wb_file *p = (wb_file *)f;
 	int rc = wb_settle(p);
 	if (rc != WB_OK) {
@@ -215,24 +207,24 @@ static int wb_file_size(walbuf_sqlite3_file *f, walbuf_i64 *size) {
 	return real_methods(p)->xFileSize(p->real, size);
 }
 
-static int wb_lock(walbuf_sqlite3_file *f, int level) {
+static int wb_lock(sqlapi_file *f, int level) {
 	wb_file *p = (wb_file *)f;
 	return real_methods(p)->xLock(p->real, level);
 }
 
-static int wb_unlock(walbuf_sqlite3_file *f, int level) {
+static int wb_unlock(sqlapi_file *f, int level) {
 	wb_file *p = (wb_file *)f;
 	int rc = p->isWal ? wb_flush(p) : wb_flush_wal(p);
 	int rc2 = real_methods(p)->xUnlock(p->real, level);
 	return rc != WB_OK ? rc : rc2;
 }
 
-static int wb_check_reserved(walbuf_sqlite3_file *f, int *out) {
+static int wb_check_reserved(sqlapi_file *f, int *out) {
 	wb_file *p = (wb_file *)f;
 	return real_methods(p)->xCheckReservedLock(p->real, out);
 }
 
-static int wb_file_control(walbuf_sqlite3_file *f, int op, void *arg) {
+static int wb_file_control(sqlapi_file *f, int op, void *arg) {
 	wb_file *p = (wb_file *)f;
 	int rc = wb_settle(p);
 	if (rc != WB_OK) {
@@ -241,17 +233,17 @@ static int wb_file_control(walbuf_sqlite3_file *f, int op, void *arg) {
 	return real_methods(p)->xFileControl(p->real, op, arg);
 }
 
-static int wb_sector_size(walbuf_sqlite3_file *f) {
+static int wb_sector_size(sqlapi_file *f) {
 	wb_file *p = (wb_file *)f;
 	return real_methods(p)->xSectorSize(p->real);
 }
 
-static int wb_device(walbuf_sqlite3_file *f) {
+static int wb_device(sqlapi_file *f) {
 	wb_file *p = (wb_file *)f;
 	return real_methods(p)->xDeviceCharacteristics(p->real);
 }
 
-static int wb_shm_map(walbuf_sqlite3_file *f, int pg, int pgsz, int extend, void volatile **pp) {
+static int wb_shm_map(sqlapi_file *f, int pg, int pgsz, int extend, void volatile **pp) {
 	wb_file *p = (wb_file *)f;
 	if (real_methods(p)->iVersion < 2 || !real_methods(p)->xShmMap) {
 		return WB_ERROR;
@@ -259,7 +251,7 @@ static int wb_shm_map(walbuf_sqlite3_file *f, int pg, int pgsz, int extend, void
 	return real_methods(p)->xShmMap(p->real, pg, pgsz, extend, pp);
 }
 
-static int wb_shm_lock(walbuf_sqlite3_file *f, int offset, int n, int flags) {
+static int wb_shm_lock(sqlapi_file *f, int offset, int n, int flags) {
 	wb_file *p = (wb_file *)f;
 	int rc;
 	if (real_methods(p)->iVersion < 2 || !real_methods(p)->xShmLock) {
@@ -272,7 +264,7 @@ static int wb_shm_lock(walbuf_sqlite3_file *f, int offset, int n, int flags) {
 	return real_methods(p)->xShmLock(p->real, offset, n, flags);
 }
 
-static void wb_shm_barrier(walbuf_sqlite3_file *f) {
+static void wb_shm_barrier(sqlapi_file *f) {
 	wb_file *p = (wb_file *)f;
 	/* A failure here cannot be reported; the commit path above has already
 	 * written (and reported) every commit frame. */
@@ -282,7 +274,7 @@ static void wb_shm_barrier(walbuf_sqlite3_file *f) {
 	}
 }
 
-static int wb_shm_unmap(walbuf_sqlite3_file *f, int deleteFlag) {
+static int wb_shm_unmap(sqlapi_file *f, int deleteFlag) {
 	wb_file *p = (wb_file *)f;
 	(void)wb_flush_wal(p);
 	if (real_methods(p)->iVersion < 2 || !real_methods(p)->xShmUnmap) {
@@ -291,7 +283,7 @@ static int wb_shm_unmap(walbuf_sqlite3_file *f, int deleteFlag) {
 	return real_methods(p)->xShmUnmap(p->real, deleteFlag);
 }
 
-static int wb_fetch(walbuf_sqlite3_file *f, walbuf_i64 off, int amt, void **pp) {
+static int wb_fetch(sqlapi_file *f, sqlapi_i64 off, int amt, void **pp) {
 	wb_file *p = (wb_file *)f;
 	if (real_methods(p)->iVersion < 3 || !real_methods(p)->xFetch) {
 		*pp = 0;
@@ -300,7 +292,7 @@ static int wb_fetch(walbuf_sqlite3_file *f, walbuf_i64 off, int amt, void **pp) 
 	return real_methods(p)->xFetch(p->real, off, amt, pp);
 }
 
-static int wb_unfetch(walbuf_sqlite3_file *f, walbuf_i64 off, void *ptr) {
+static int wb_unfetch(sqlapi_file *f, sqlapi_i64 off, void *ptr) {
 	wb_file *p = (wb_file *)f;
 	if (real_methods(p)->iVersion < 3 || !real_methods(p)->xUnfetch) {
 		return WB_OK;
@@ -308,7 +300,7 @@ static int wb_unfetch(walbuf_sqlite3_file *f, walbuf_i64 off, void *ptr) {
 	return real_methods(p)->xUnfetch(p->real, off, ptr);
 }
 
-static const walbuf_io_methods wb_io = {
+static const sqlapi_io_methods wb_io = {
 	3,
 	wb_close,
 	wb_read,
@@ -330,12 +322,12 @@ static const walbuf_io_methods wb_io = {
 	wb_unfetch,
 };
 
-static int wb_open(walbuf_vfs *vfs, const char *name, walbuf_sqlite3_file *f, int flags, int *outFlags) {
+static int wb_open(sqlapi_vfs *vfs, const char *name, sqlapi_file *f, int flags, int *outFlags) {
 	wb_file *p = (wb_file *)f;
 	int rc;
 	(void)vfs;
 	memset(p, 0, sizeof(*p));
-	p->real = (walbuf_sqlite3_file *)&p[1];
+	p->real = (sqlapi_file *)&p[1];
 	rc = wb_real->xOpen(wb_real, name, p->real, flags, outFlags);
 	if (rc != WB_OK) {
 		p->base.pMethods = 0;
@@ -369,58 +361,60 @@ static int wb_open(walbuf_vfs *vfs, const char *name, walbuf_sqlite3_file *f, in
 	return WB_OK;
 }
 
-static int wb_delete(walbuf_vfs *v, const char *name, int syncDir) {
+static int wb_delete(sqlapi_vfs *v, const char *name, int syncDir) {
 	(void)v;
 	return wb_real->xDelete(wb_real, name, syncDir);
 }
-static int wb_access(walbuf_vfs *v, const char *name, int flags, int *out) {
+static int wb_access(sqlapi_vfs *v, const char *name, int flags, int *out) {
 	(void)v;
 	return wb_real->xAccess(wb_real, name, flags, out);
 }
-static int wb_full_pathname(walbuf_vfs *v, const char *name, int n, char *out) {
+static int wb_full_pathname(sqlapi_vfs *v, const char *name, int n, char *out) {
 	(void)v;
 	return wb_real->xFullPathname(wb_real, name, n, out);
 }
-static void *wb_dl_open(walbuf_vfs *v, const char *name) {
+static void *wb_dl_open(sqlapi_vfs *v, const char *name) {
 	(void)v;
 	return wb_real->xDlOpen(wb_real, name);
 }
-static void wb_dl_error(walbuf_vfs *v, int n, char *msg) {
+static void wb_dl_error(sqlapi_vfs *v, int n, char *msg) {
 	(void)v;
 	wb_real->xDlError(wb_real, n, msg);
 }
-static void (*wb_dl_sym(walbuf_vfs *v, void *h, const char *sym))(void) {
+static void (*wb_dl_sym(sqlapi_vfs *v, void *h, const char *sym))(void) {
 	(void)v;
 	return wb_real->xDlSym(wb_real, h, sym);
 }
-static void wb_dl_close(walbuf_vfs *v, void *h) {
+static void wb_dl_close(sqlapi_vfs *v, void *h) {
 	(void)v;
 	wb_real->xDlClose(wb_real, h);
 }
-static int wb_randomness(walbuf_vfs *v, int n, char *out) {
+static int wb_randomness(sqlapi_vfs *v, int n, char *out) {
 	(void)v;
 	return wb_real->xRandomness(wb_real, n, out);
 }
-static int wb_sleep(walbuf_vfs *v, int us) {
+static int wb_sleep(sqlapi_vfs *v, int us) {
 	(void)v;
 	return wb_real->xSleep(wb_real, us);
 }
-static int wb_current_time(walbuf_vfs *v, double *t) {
+static int wb_current_time(sqlapi_vfs *v, double *t) {
 	(void)v;
 	return wb_real->xCurrentTime(wb_real, t);
 }
-static int wb_last_error(walbuf_vfs *v, int n, char *msg) {
+static int wb_last_error(sqlapi_vfs *v, int n, char *msg) {
 	(void)v;
 	return wb_real->xGetLastError(wb_real, n, msg);
 }
-static int wb_current_time64(walbuf_vfs *v, walbuf_i64 *t) {
+static int wb_current_time64(sqlapi_vfs *v, sqlapi_i64 *t) {
 	(void)v;
 	return wb_real->xCurrentTimeInt64(wb_real, t);
 }
 
-/* walbuf_register is called once per process (the Go side guarantees it). */
+/* walbuf_register is called once per process, by the first Open (the Go
+ * side guarantees it). It registers the VFS under name without making it
+ * the default (makeDflt 0): only connections that name it use it. */
 int walbuf_register(const char *name) {
-	walbuf_vfs *real = sqlite3_vfs_find(0); /* this initializes SQLite */
+	sqlapi_vfs *real = sqlite3_vfs_find(0); /* this initializes SQLite */
 	if (!real || real->iVersion < 2 || !real->xCurrentTimeInt64) {
 		return WB_ERROR;
 	}

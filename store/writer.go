@@ -62,10 +62,7 @@ type writer struct {
 	direct bool
 	delay  time.Duration // how long a busy writer waits to fill a small batch
 	ckpt   *checkpointer
-	// fast runs the write statements in one call each (fastexec.go); its
-	// zero value leaves them to the driver.
-	fast  fastConn
-	fence commitFence // may be nil
+	fence  commitFence // may be nil
 
 	// dc is conn's driver connection while the writer holds it (inside
 	// conn.Raw, see writer_driver.go); stmts caches the statements prepared on it
@@ -215,9 +212,7 @@ func (w *writer) loop() {
 	// it runs (see writer_driver.go).
 	err := w.conn.Raw(func(dc any) error {
 		w.dc = dc
-		w.fast, _ = openFastConn(dc)
 		defer func() {
-			w.fast.close()
 			w.closeStmts()
 			w.dc = nil
 		}()
@@ -527,11 +522,6 @@ func (t wtx) exec(q string, args ...any) (sql.Result, error) {
 	}
 	t.w.args = nv
 	defer clear(nv)
-	if t.w.fast.db != 0 {
-		if res, err := t.w.fast.exec(q, nv); !errors.Is(err, errNotFast) {
-			return res, err
-		}
-	}
 	s, err := t.w.prepare(q)
 	if err != nil {
 		return nil, err

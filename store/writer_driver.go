@@ -22,10 +22,7 @@ import (
 // garbage (≈ 2 KB per message). The writer therefore runs inside
 // (*sql.Conn).Raw for as long as it lives (see writer.loop) and prepares and
 // runs its statements on the driver connection directly, converting the
-// few argument and result types the store uses itself. Its write
-// statements go one step further down: fastexec.go runs each in one call
-// into C on the same connection; queries, and writes with arguments of
-// other types, use the driver.
+// few argument and result types the store uses itself.
 
 // driverStmt is what the writer needs of a prepared driver statement.
 type driverStmt interface {

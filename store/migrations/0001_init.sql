@@ -1,4 +1,4 @@
--- 0001: the initial schema (SPEC §2.1). Every timestamp is unix milliseconds.
+-- 0001: the initial schema. Every timestamp is unix milliseconds.
 
 -- The permanent transcript: one row per platform message, inbound, outbound
 -- or notice, keyed by the event's canonical key.

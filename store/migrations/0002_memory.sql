@@ -1,4 +1,4 @@
--- 0002: memory (SPEC §9): full-text search over history, summary
+-- 0002: memory: full-text search over history, summary
 -- checkpoints, long-term facts and the extraction queue. Every timestamp is
 -- unix milliseconds.
 --
@@ -68,7 +68,7 @@ CREATE TABLE summaries (
     PRIMARY KEY (session_key, epoch)
 ) WITHOUT ROWID;
 
--- Long-term facts (SPEC §9.1 layer 3). scope_key is the owner of the scope:
+-- Long-term facts. scope_key is the owner of the scope:
 -- the session for group and private facts, the platform for user facts, ''
 -- for global facts. One active row per (scope, scope_key, subject, key).
 CREATE TABLE memory_items (
@@ -123,7 +123,7 @@ CREATE TRIGGER memory_item_search_ai AFTER INSERT ON memory_items BEGIN
     INSERT INTO memory_item_search (docid, search_tokens) VALUES (new.id, new.search_tokens);
 END;
 
--- The durable extraction queue (SPEC §9.3): one job per message, leased
+-- The durable extraction queue: one job per message, leased
 -- like inbound_items; claims fences the lease.
 CREATE TABLE memory_jobs (
     id              INTEGER PRIMARY KEY,

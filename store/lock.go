@@ -1,0 +1,93 @@
+package store
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// ErrLocked is returned (wrapped) by Open when another open DB owns the
+// database file: a DB of another process, or another DB of this one. A
+// store file has one owner at a time (see the package documentation,
+// "Ownership and crash recovery"); the owner keeps it until Close, or until
+// its process ends, however it ends.
+var ErrLocked = errors.New("store: the database file is owned by another open DB")
+
+// lockSuffix names the lock file beside a database file: "persona.db"
+// is owned through "persona.db-lock".
+const lockSuffix = "-lock"
+
+// errHeld is what a platform's tryLock returns when another holder has the
+// lock.
+var errHeld = errors.New("held")
+
+// ownerLock is a DB's hold on its file's lock file.
+type ownerLock struct {
+	path string
+	f    *os.File
+}
+
+// lockPath returns the lock file of the database file at abs (absolute).
+// Symbolic links are resolved, so that two names of one file share one
+// lock file.
+func lockPath(abs string) string {
+	if r, err := filepath.EvalSymlinks(abs); err == nil {
+		return r + lockSuffix
+	}
+	dir, base := filepath.Split(abs)
+	if r, err := filepath.EvalSymlinks(dir); err == nil {
+		return filepath.Join(r, base) + lockSuffix
+	}
+	return abs + lockSuffix
+}
+
+// acquireOwner takes the lock of the database file at abs (absolute) for a
+// new DB, and records this process's id in the lock file. It fails with
+// ErrLocked, naming the holder when the lock file tells it, while another
+// DB holds the lock.
+func acquireOwner(abs string) (*ownerLock, error) {
+	lp := lockPath(abs)
+	f, err := tryLock(lp)
+	if errors.Is(err, errHeld) {
+		return nil, fmt.Errorf("%w (%s; lock file %s)", ErrLocked, holder(lp), lp)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("store: lock file %s: %w", lp, err)
+	}
+	// The holder's id, for the error of a later Open; a stale one is
+	// overwritten here, and an unreadable one only makes that error vaguer.
+	if err := f.Truncate(0); err == nil {
+		_, _ = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
+	}
+	return &ownerLock{path: lp, f: f}, nil
+}
+
+// holder describes the owner recorded in the lock file at lp.
+func holder(lp string) string {
+	b, err := os.ReadFile(lp)
+	if err != nil {
+		return "holder unknown"
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	switch {
+	case err != nil || pid <= 0:
+		return "holder unknown"
+	case pid == os.Getpid():
+		return "held by another DB of this process"
+	}
+	return "held by process " + strconv.Itoa(pid)
+}
+
+// release gives the lock up (Close). The lock file stays: removing it
+// could let a DB that opened it just before lock a file nobody else sees.
+func (l *ownerLock) release() error {
+	if l == nil || l.f == nil {
+		return nil
+	}
+	err := unlock(l.f)
+	l.f = nil
+	return err
+}

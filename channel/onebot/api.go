@@ -123,12 +123,18 @@ func (c *Channel) call(ctx context.Context, action string, params any, timeout t
 	return nil, classify(e)
 }
 
-// parseID parses a numeric OneBot id (group, user or message id).
-func parseID(kind, s string) (int64, error) {
-	n, err := strconv.ParseInt(s, 10, 64)
-	if err != nil {
-		return 0, &channel.RejectedError{Code: "invalid_id", Reason: fmt.Sprintf("%s %q is not a OneBot number", kind, s)}
+// parseID parses a OneBot id given as text: a QQ number (group or user
+// id: a positive 64-bit integer) or, when message is set, a message id (a
+// nonzero 32-bit integer). Anything else is a definitive rejection.
+func parseID(kind, s string, message bool) (int64, error) {
+	if _, ok := idText(s, message); !ok {
+		want := "a positive QQ number"
+		if message {
+			want = "a nonzero 32-bit OneBot message id"
+		}
+		return 0, &channel.RejectedError{Code: "invalid_id", Reason: fmt.Sprintf("%s %q is not %s", kind, s, want)}
 	}
+	n, _ := strconv.ParseInt(s, 10, 64)
 	return n, nil
 }
 
@@ -136,10 +142,10 @@ func parseID(kind, s string) (int64, error) {
 func chatTarget(chat channel.Chat) (kind string, param string, id int64, err error) {
 	switch chat.Kind {
 	case channel.Group:
-		id, err = parseID("group id", chat.ID)
+		id, err = parseID("group id", chat.ID, false)
 		return "group", "group_id", id, err
 	case channel.Private:
-		id, err = parseID("user id", chat.ID)
+		id, err = parseID("user id", chat.ID, false)
 		return "private", "user_id", id, err
 	}
 	return "", "", 0, &channel.RejectedError{Code: "invalid_chat", Reason: fmt.Sprintf("chat kind %q is neither group nor private", chat.Kind)}
@@ -186,22 +192,27 @@ func (c *Channel) Send(ctx context.Context, out channel.Outgoing) (channel.Recei
 		return channel.Receipt{}, c.classifySend(ctx, out.Chat, err)
 	}
 	var d struct {
-		MessageID flexID `json:"message_id"`
+		MessageID wireID `json:"message_id"`
 	}
 	_ = json.Unmarshal(data, &d)
-	if d.MessageID == "" {
+	mid, err := d.MessageID.msg("message_id")
+	if err != nil {
+		c.log.Warn("invalid_receipt", "action", action, "err", err)
+		return channel.Receipt{}, fmt.Errorf("onebot: %s: the response has an invalid message_id: %w", action, err)
+	}
+	if mid == "" {
 		return channel.Receipt{}, fmt.Errorf("onebot: %s: the response has no message_id", action)
 	}
 	now := c.clk.Now()
 	segs, _ := toSegments(msg, c.self())
 	c.quotes.put(out.Chat, channel.Quoted{
-		MessageID: string(d.MessageID),
+		MessageID: mid,
 		Sender:    channel.Sender{ID: c.self()},
 		Text:      out.Text,
 		Segments:  segs,
 		FromBot:   true,
 	})
-	return channel.Receipt{MessageIDs: []string{string(d.MessageID)}, Time: now}, nil
+	return channel.Receipt{MessageIDs: []string{mid}, Time: now}, nil
 }
 
 // messageValue renders a message in the configured format.
@@ -267,7 +278,7 @@ func (c *Channel) groupList(ctx context.Context) ([]string, error) {
 		return nil, err
 	}
 	var list []struct {
-		GroupID flexID `json:"group_id"`
+		GroupID wireID `json:"group_id"`
 	}
 	if err := json.Unmarshal(data, &list); err != nil {
 		return nil, fmt.Errorf("onebot: get_group_list: %w", err)
@@ -275,9 +286,14 @@ func (c *Channel) groupList(ctx context.Context) ([]string, error) {
 	ids := make([]string, 0, len(list))
 	set := make(map[string]bool, len(list))
 	for _, g := range list {
-		if g.GroupID != "" && !set[string(g.GroupID)] {
-			set[string(g.GroupID)] = true
-			ids = append(ids, string(g.GroupID))
+		gid, err := g.GroupID.qq("group_id", false)
+		if err != nil {
+			c.log.Warn("invalid_list_item", "action", "get_group_list", "err", err)
+			continue
+		}
+		if gid != "" && !set[gid] {
+			set[gid] = true
+			ids = append(ids, gid)
 		}
 	}
 	c.mu.Lock()
@@ -313,7 +329,7 @@ func (c *Channel) ListChats(ctx context.Context) ([]channel.Chat, error) {
 		return nil, err
 	}
 	var friends []struct {
-		UserID flexID `json:"user_id"`
+		UserID wireID `json:"user_id"`
 	}
 	if err := json.Unmarshal(data, &friends); err != nil {
 		return nil, fmt.Errorf("onebot: get_friend_list: %w", err)
@@ -321,7 +337,11 @@ func (c *Channel) ListChats(ctx context.Context) ([]channel.Chat, error) {
 	self := c.self()
 	seen := map[string]bool{}
 	for _, f := range friends {
-		id := string(f.UserID)
+		id, err := f.UserID.qq("user_id", false)
+		if err != nil {
+			c.log.Warn("invalid_list_item", "action", "get_friend_list", "err", err)
+			continue
+		}
 		if id == "" || id == self || seen[id] {
 			continue
 		}
@@ -338,11 +358,11 @@ func (c *Channel) LookupMember(ctx context.Context, chat channel.Chat, userID st
 	if chat.Kind != channel.Group {
 		return channel.Member{}, &channel.RejectedError{Code: "invalid_chat", Reason: "member lookup needs a group chat"}
 	}
-	gid, err := parseID("group id", chat.ID)
+	gid, err := parseID("group id", chat.ID, false)
 	if err != nil {
 		return channel.Member{}, err
 	}
-	uid, err := parseID("user id", userID)
+	uid, err := parseID("user id", userID, false)
 	if err != nil {
 		return channel.Member{}, err
 	}
@@ -351,7 +371,7 @@ func (c *Channel) LookupMember(ctx context.Context, chat channel.Chat, userID st
 		return channel.Member{}, err
 	}
 	var m struct {
-		UserID   flexID        `json:"user_id"`
+		UserID   wireID        `json:"user_id"`
 		Nickname lenientString `json:"nickname"`
 		Card     lenientString `json:"card"`
 		Role     lenientString `json:"role"`
@@ -360,7 +380,11 @@ func (c *Channel) LookupMember(ctx context.Context, chat channel.Chat, userID st
 	if err := json.Unmarshal(data, &m); err != nil {
 		return channel.Member{}, fmt.Errorf("onebot: get_group_member_info: %w", err)
 	}
-	out := channel.Member{UserID: firstNonEmpty(string(m.UserID), userID), Name: string(m.Card), Role: toRole(string(m.Role))}
+	got, err := m.UserID.qq("user_id", false)
+	if err != nil {
+		return channel.Member{}, fmt.Errorf("onebot: get_group_member_info: %w", err)
+	}
+	out := channel.Member{UserID: firstNonEmpty(got, userID), Name: string(m.Card), Role: toRole(string(m.Role))}
 	if out.Name == "" {
 		out.Name = string(m.Nickname)
 	}
@@ -373,7 +397,7 @@ func (c *Channel) LookupMember(ctx context.Context, chat channel.Chat, userID st
 // Recall deletes a message (delete_msg). OneBot message ids are unique per
 // account, so chat is not sent.
 func (c *Channel) Recall(ctx context.Context, chat channel.Chat, messageID string) error {
-	id, err := parseID("message id", messageID)
+	id, err := parseID("message id", messageID, true)
 	if err != nil {
 		return err
 	}
@@ -385,7 +409,7 @@ func (c *Channel) Recall(ctx context.Context, chat channel.Chat, messageID strin
 // backfill). Implementations that omit group_id from get_msg data make it
 // fail for group messages.
 func (c *Channel) GetMessage(ctx context.Context, messageID string) (channel.Event, error) {
-	id, err := parseID("message id", messageID)
+	id, err := parseID("message id", messageID, true)
 	if err != nil {
 		return channel.Event{}, err
 	}
@@ -397,11 +421,11 @@ func (c *Channel) GetMessage(ctx context.Context, messageID string) (channel.Eve
 	if err := json.Unmarshal(data, &w); err != nil {
 		return channel.Event{}, fmt.Errorf("onebot: get_msg: %w", err)
 	}
-	if w.MessageType == "group" && w.GroupID == "" {
+	if w.MessageType == "group" && !w.GroupID.present() {
 		return channel.Event{}, fmt.Errorf("onebot: get_msg %s: the implementation gave no group_id", messageID)
 	}
-	if w.MessageID == "" {
-		w.MessageID = flexID(messageID)
+	if !w.MessageID.present() {
+		w.MessageID = wireID(messageID)
 	}
 	ev, err := c.messageEvent(&w, data, channel.SourceBackfill)
 	if err != nil {
@@ -445,11 +469,16 @@ func (c *Channel) SendForward(ctx context.Context, chat channel.Chat, nodes []ch
 		return channel.Receipt{}, c.classifySend(ctx, chat, err)
 	}
 	var d struct {
-		MessageID flexID `json:"message_id"`
-		ForwardID flexID `json:"forward_id"`
+		MessageID wireID `json:"message_id"`
+		ForwardID string `json:"forward_id"`
 	}
 	_ = json.Unmarshal(data, &d)
-	mid := firstNonEmpty(string(d.MessageID), string(d.ForwardID))
+	mid, err := d.MessageID.msg("message_id")
+	if err != nil {
+		c.log.Warn("invalid_receipt", "action", action, "err", err)
+		return channel.Receipt{}, fmt.Errorf("onebot: %s: the response has an invalid message_id: %w", action, err)
+	}
+	mid = firstNonEmpty(mid, d.ForwardID)
 	if mid == "" {
 		return channel.Receipt{}, fmt.Errorf("onebot: %s: the response has no message_id", action)
 	}
@@ -470,7 +499,7 @@ func (c *Channel) Typing(ctx context.Context, chat channel.Chat) error {
 	if unsupported {
 		return nil
 	}
-	uid, err := parseID("user id", chat.ID)
+	uid, err := parseID("user id", chat.ID, false)
 	if err != nil {
 		return err
 	}
@@ -634,15 +663,15 @@ func (c *Channel) historyItems(data json.RawMessage, chat channel.Chat) ([]histI
 		if w.PostType == "" {
 			w.PostType = "message"
 		}
-		if chat.Kind == channel.Group && w.GroupID == "" {
-			w.GroupID = flexID(chat.ID)
+		if chat.Kind == channel.Group && !w.GroupID.present() {
+			w.GroupID = wireID(chat.ID)
 			w.MessageType = "group"
 		}
 		if chat.Kind == channel.Private && w.MessageType == "" {
 			w.MessageType = "private"
 		}
-		if chat.Kind == channel.Private && w.TargetID == "" {
-			w.TargetID = flexID(chat.ID)
+		if chat.Kind == channel.Private && !w.TargetID.present() {
+			w.TargetID = wireID(chat.ID)
 		}
 		ev, err := c.messageEvent(&w, raw, channel.SourceBackfill)
 		if err != nil {
@@ -653,9 +682,7 @@ func (c *Channel) historyItems(data json.RawMessage, chat channel.Chat) ([]histI
 			continue
 		}
 		it := histItem{ev: ev, pos: i}
-		if w.MessageSeq.OK {
-			it.seq = w.MessageSeq.V
-		}
+		it.seq, _ = w.MessageSeq.seq("message_seq") // checked by messageEvent
 		items = append(items, it)
 	}
 	return items, nil

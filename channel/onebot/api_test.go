@@ -101,7 +101,7 @@ func TestConnectionLostFailsCalls(t *testing.T) {
 }
 
 // TestSendClassification: retcodes and state map to the channel error
-// classes (SPEC §7.7), never by message text.
+// classes (channel.Classify), never by message text.
 func TestSendClassification(t *testing.T) {
 	t.Parallel()
 	for _, tr := range transports {

@@ -17,7 +17,7 @@ import (
 // Mode is the OneBot transport the adapter uses.
 type Mode string
 
-// The transports of OneBot v11 (PROTOCOLS.md §1.1).
+// The transports of OneBot v11.
 const (
 	// ModeReverseWS: the implementation dials us; we serve a WebSocket
 	// endpoint and accept one Universal client per bot account. The default.
@@ -43,7 +43,7 @@ const (
 
 // Dialect selects the parameters of the history actions
 // get_group_msg_history and get_friend_msg_history, which are extensions
-// whose parameters differ between implementations (PROTOCOLS.md §1.3).
+// whose parameters differ between implementations.
 type Dialect string
 
 // The history dialects.
@@ -71,7 +71,7 @@ const (
 	DefaultBackoffMax     = 60 * time.Second
 	DefaultGroupListTTL   = time.Minute
 	// TextLimitRunes is the declared text limit per outgoing message
-	// (SPEC §1.3: no protocol limit; sized for account safety).
+	// (the protocol sets no limit; this one is sized for account safety).
 	TextLimitRunes = 900
 )
 
@@ -181,6 +181,8 @@ func (cfg Config) withDefaults() (Config, error) {
 	if cfg.SelfID != "" {
 		if n, err := strconv.ParseInt(cfg.SelfID, 10, 64); err != nil || n <= 0 {
 			bad("SelfID %q is not a positive QQ number", cfg.SelfID)
+		} else {
+			cfg.SelfID = strconv.FormatInt(n, 10) // as events give it
 		}
 	}
 	if cfg.Addr != "" && cfg.Listener != nil {

@@ -42,8 +42,13 @@ func (c *Channel) decodeEvent(raw []byte, src channel.Source) (channel.Event, er
 	if err := json.Unmarshal(raw, &w); err != nil {
 		return channel.Event{}, fmt.Errorf("%w: %w", errMalformed, err)
 	}
-	if w.SelfID != "" && !c.learnSelfID(string(w.SelfID)) {
-		return channel.Event{}, fmt.Errorf("event for account %s, expected %s", w.SelfID, c.self())
+	// A meta event may come before the login, with self_id 0.
+	selfID, err := w.SelfID.qq("self_id", w.PostType == "meta_event")
+	if err != nil {
+		return channel.Event{}, err
+	}
+	if selfID != "" && !c.learnSelfID(selfID) {
+		return channel.Event{}, fmt.Errorf("event for account %s, expected %s", selfID, c.self())
 	}
 	switch w.PostType {
 	case "message", "message_sent":
@@ -80,8 +85,26 @@ func cloneRaw(raw []byte) json.RawMessage {
 }
 
 // messageEvent normalises a message (or message_sent) event or history item.
+// Its ids must be in the protocol's range (errInvalidID otherwise): a
+// nonzero int32 message_id, positive QQ numbers for self_id, user_id
+// (sender.user_id when absent), a group message's group_id and the bot's
+// own private message's target_id; a private message's group_id may be 0
+// (none); message_seq is a non-negative integer.
 func (c *Channel) messageEvent(w *wireEvent, raw []byte, src channel.Source) (channel.Event, error) {
-	self := string(w.SelfID)
+	var r ids
+	self := r.qq(w.SelfID, "self_id", false)
+	msgID := r.msg(w.MessageID, "message_id")
+	userID := r.qq(w.UserID, "user_id", false)
+	senderID := r.qq(w.Sender.UserID, "sender.user_id", false)
+	groupID := r.qq(w.GroupID, "group_id", w.MessageType != "group")
+	targetID := r.qq(w.TargetID, "target_id", false)
+	seq := r.seq(w.MessageSeq, "message_seq")
+	if r.err != nil {
+		return channel.Event{}, r.err
+	}
+	if msgID == "" {
+		return channel.Event{}, fmt.Errorf("%w: message without message_id", errInvalidID)
+	}
 	if self == "" {
 		self = c.self()
 	}
@@ -89,14 +112,13 @@ func (c *Channel) messageEvent(w *wireEvent, raw []byte, src channel.Source) (ch
 		Platform:  c.cfg.Platform,
 		BotID:     self,
 		Kind:      channel.KindMessage,
-		MessageID: string(w.MessageID),
+		MessageID: msgID,
 		Time:      c.eventTime(w.Time),
 		Source:    src,
 		Raw:       cloneRaw(raw),
 	}
-	userID := string(w.UserID)
 	if userID == "" {
-		userID = string(w.Sender.UserID)
+		userID = senderID
 	}
 	if w.PostType == "message_sent" || (userID != "" && userID == self) {
 		ev.Kind = channel.KindSelf
@@ -104,20 +126,21 @@ func (c *Channel) messageEvent(w *wireEvent, raw []byte, src channel.Source) (ch
 	msgType := w.MessageType
 	if msgType == "" {
 		msgType = "private"
-		if w.GroupID != "" && w.GroupID != "0" {
+		if groupID != "" {
 			msgType = "group"
 		}
 	}
 	switch msgType {
 	case "group":
-		ev.Chat = channel.Chat{Kind: channel.Group, ID: string(w.GroupID)}
-		if w.MessageSeq.OK && w.MessageSeq.V > 0 {
-			ev.Seq = w.MessageSeq.V
+		if groupID == "" {
+			return channel.Event{}, fmt.Errorf("%w: group message %s without group_id", errInvalidID, ev.MessageID)
 		}
+		ev.Chat = channel.Chat{Kind: channel.Group, ID: groupID}
+		ev.Seq = seq
 	case "private":
 		peer := userID
 		if ev.Kind == channel.KindSelf {
-			peer = string(w.TargetID)
+			peer = targetID
 			if peer == "" {
 				return channel.Event{}, fmt.Errorf("the bot's own private message %s has no target_id", ev.MessageID)
 			}
@@ -185,7 +208,7 @@ func toRole(r string) channel.Role {
 // group joins, friend adds) and tracks the ones that change what the bot
 // may do (removed from a group, muted).
 func (c *Channel) noticeEvent(w *wireEvent, raw []byte) (channel.Event, error) {
-	self := string(w.SelfID)
+	self, _ := w.SelfID.qq("self_id", false) // checked by decodeEvent
 	if self == "" {
 		self = c.self()
 	}
@@ -197,23 +220,43 @@ func (c *Channel) noticeEvent(w *wireEvent, raw []byte) (channel.Event, error) {
 		Source:   channel.SourceLive,
 		Raw:      cloneRaw(raw),
 	}
-	group := channel.Chat{Kind: channel.Group, ID: string(w.GroupID)}
-	user, op, target := string(w.UserID), string(w.OperatorID), string(w.TargetID)
+	// Ids are read only for the notices the adapter uses; the user_id of
+	// group_ban and every operator_id may be 0 (the whole group; none).
+	var (
+		r                     ids
+		gid, user, op, target string
+		msgID                 string
+	)
+	switch w.NoticeType {
+	case "group_recall", "friend_recall", "notify", "group_increase", "friend_add", "group_decrease", "group_ban":
+		if w.NoticeType == "notify" && w.SubType != "poke" {
+			break
+		}
+		gid = r.qq(w.GroupID, "group_id", w.NoticeType == "notify" || w.NoticeType == "friend_recall" || w.NoticeType == "friend_add")
+		user = r.qq(w.UserID, "user_id", w.NoticeType == "group_ban")
+		op = r.qq(w.OperatorID, "operator_id", true)
+		target = r.qq(w.TargetID, "target_id", false)
+		msgID = r.msg(w.MessageID, "message_id")
+		if r.err != nil {
+			return channel.Event{}, r.err
+		}
+	}
+	group := channel.Chat{Kind: channel.Group, ID: gid}
 	switch w.NoticeType {
 	case "group_recall":
 		ev.Chat = group
 		ev.Sender = channel.Sender{ID: firstNonEmpty(op, user)}
-		ev.Notice = &channel.Notice{Type: channel.NoticeGroupRecall, Operator: firstNonEmpty(op, user), UserID: user, TargetMessageID: string(w.MessageID)}
+		ev.Notice = &channel.Notice{Type: channel.NoticeGroupRecall, Operator: firstNonEmpty(op, user), UserID: user, TargetMessageID: msgID}
 	case "friend_recall":
 		ev.Chat = channel.Chat{Kind: channel.Private, ID: user}
 		ev.Sender = channel.Sender{ID: user}
-		ev.Notice = &channel.Notice{Type: channel.NoticeFriendRecall, Operator: user, UserID: user, TargetMessageID: string(w.MessageID)}
+		ev.Notice = &channel.Notice{Type: channel.NoticeFriendRecall, Operator: user, UserID: user, TargetMessageID: msgID}
 	case "notify":
 		if w.SubType != "poke" {
 			c.log.Debug("notice_ignored", "notice_type", w.NoticeType, "sub_type", w.SubType)
 			return channel.Event{}, errIgnored
 		}
-		if w.GroupID != "" && w.GroupID != "0" {
+		if gid != "" {
 			ev.Chat = group
 		} else {
 			peer := user
@@ -235,12 +278,12 @@ func (c *Channel) noticeEvent(w *wireEvent, raw []byte) (channel.Event, error) {
 		ev.Notice = &channel.Notice{Type: channel.NoticeFriendAdd, UserID: user}
 	case "group_decrease":
 		if w.SubType == "kick_me" || (user != "" && user == self) {
-			c.leftGroup(string(w.GroupID))
+			c.leftGroup(gid)
 		}
 		return channel.Event{}, errIgnored
 	case "group_ban":
-		if user == self || user == "" || user == "0" {
-			c.setMuted(string(w.GroupID), w.SubType == "ban", ev.Time, w.Duration)
+		if user == self || user == "" {
+			c.setMuted(gid, w.SubType == "ban", ev.Time, w.Duration)
 		}
 		return channel.Event{}, errIgnored
 	default:
@@ -388,7 +431,9 @@ func (c *Channel) stopWatchdogLocked() {
 }
 
 // toSegments converts wire segments to the normalised model and reports
-// whether the bot was @-mentioned.
+// whether the bot was @-mentioned. An at segment whose qq is neither "all"
+// nor a QQ number, and a reply segment whose id is not a message id, are
+// dropped: their ids would be out of the protocol's range.
 func toSegments(m Message, selfID string) ([]channel.Segment, bool) {
 	var out []channel.Segment
 	toMe := false
@@ -405,7 +450,7 @@ func toSegments(m Message, selfID string) ([]channel.Segment, bool) {
 			}
 		case "at":
 			qq := d["qq"]
-			if qq == "" {
+			if _, ok := idText(qq, false); !ok && qq != "all" {
 				continue
 			}
 			if qq == selfID {
@@ -413,7 +458,7 @@ func toSegments(m Message, selfID string) ([]channel.Segment, bool) {
 			}
 			out = append(out, channel.Mention(qq))
 		case "reply":
-			if id := d["id"]; id != "" {
+			if id, ok := idText(d["id"], true); ok {
 				out = append(out, channel.Quote(id))
 			}
 		case "face":
@@ -489,16 +534,24 @@ func mediaSegment(m channel.Media) (Segment, error) {
 // OutgoingMessage renders an outgoing message as OneBot segments: a reply
 // segment for ReplyTo first, then one at segment per mention (and a space
 // before the text), the text, then the attachments (image, record, video or
-// file by MIME type).
+// file by MIME type). ReplyTo must be a OneBot message id (a nonzero 32-bit
+// integer) and each mention a QQ number or "all".
 func OutgoingMessage(out channel.Outgoing) (Message, error) {
 	var m Message
 	if out.ReplyTo != "" {
+		if _, ok := idText(out.ReplyTo, true); !ok {
+			return nil, fmt.Errorf("reply target %q is not a OneBot message id", out.ReplyTo)
+		}
 		m = append(m, Segment{Type: "reply", Data: map[string]string{"id": out.ReplyTo}})
 	}
 	for _, id := range out.Mentions {
-		if id != "" {
-			m = append(m, Segment{Type: "at", Data: map[string]string{"qq": id}})
+		if id == "" {
+			continue
 		}
+		if _, ok := idText(id, false); !ok && id != "all" {
+			return nil, fmt.Errorf("mention %q is not a QQ number", id)
+		}
+		m = append(m, Segment{Type: "at", Data: map[string]string{"qq": id}})
 	}
 	if out.Text != "" {
 		text := out.Text

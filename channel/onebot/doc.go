@@ -25,7 +25,8 @@
 //     X-Signature (HMAC-SHA1 of the body with Config.Secret; 401 missing,
 //     403 wrong) and answers 204 only after sink.HandleEvent returned nil,
 //     503 when it failed (so an implementation that retries can), 400 for
-//     malformed JSON and 413 for a body over Config.ReadLimit. It never
+//     malformed JSON, 204 for an event that can never become valid (logged
+//     as invalid_event) and 413 for a body over Config.ReadLimit. It never
 //     sends quick operations.
 //
 // Events are normalised into [channel.Event]: private and group messages
@@ -45,14 +46,15 @@
 // Send renders channel.Outgoing as a reply segment (ReplyTo) first, at
 // segments (Mentions), the text, and image/record/video/file segments
 // (Media, by MIME type), in the array format or, with FormatString, as a
-// CQ-code string ([RenderCQ]). Errors are classified for the pipeline
-// (SPEC §7.7) by retcode and state, never by message text: not connected or
-// account offline → channel.ErrOffline (fail fast); retcode 1400/1404 →
-// *channel.RejectedError; a group missing from the bot's group list
-// (cached, refreshed at most once per GroupListTTL) → channel.ErrKicked; a
-// ban of the bot in force → *channel.MutedError; anything else (other
-// retcodes, [ErrTimeout], [ErrConnectionLost]) is a plain retryable error
-// wrapping an [*APIError] where the implementation answered.
+// CQ-code string ([RenderCQ]). Errors are classified for the pipeline (see
+// channel.Classify) by retcode and state, never by message text: not
+// connected or account offline → channel.ErrOffline (fail fast); retcode
+// 1400/1404 → *channel.RejectedError; a group missing from the bot's group
+// list (cached, refreshed at most once per GroupListTTL) →
+// channel.ErrKicked; a ban of the bot in force → *channel.MutedError;
+// anything else (other retcodes, [ErrTimeout], [ErrConnectionLost]) is a
+// plain retryable error wrapping an [*APIError] where the implementation
+// answered.
 //
 // Every API call has a deadline on the injected clock (10 s; history
 // 15 s), WebSocket calls are matched by a unique counter echo, and a call
@@ -69,11 +71,29 @@
 // [Channel.GetMessage] wraps get_msg.
 //
 // Bad input never panics: malformed frames, unknown events and events for
-// another account are logged (malformed_frame, unknown_event,
-// invalid_event) and skipped, and the WebSocket stays open. A frame over
-// Config.ReadLimit closes the WebSocket with status 1009 (the protocol
-// cannot skip a partial frame) and is logged as frame_too_large; the
-// connection is then re-established by whichever side dials.
+// another account are logged (malformed_frame, unknown_event, invalid_event)
+// and skipped, and the WebSocket stays open. Ids are checked against the
+// protocol's ranges: message_id must be a nonzero 32-bit integer (negative
+// ones are fine), self_id, user_id, group_id, target_id and operator_id
+// positive 64-bit integers (0 only where it means "none": a private
+// message's group_id, an operator_id, the user_id of a whole-group mute, the
+// self_id of a meta event sent before the login), message_seq a non-negative
+// integer, each given as a JSON number without a fraction or an exponent. An
+// event with any other id (a string, 1e30, 1.5, -1 as a group, 2^31 as a
+// message id) is invalid: it is logged as invalid_event with the field and
+// the reason and never reaches the sink; over HTTP it is answered 204, since
+// redelivery cannot make it valid. The same checks apply to the answers of
+// get_msg, the history calls (a bad item is logged as invalid_history_item
+// and left out), the group and friend lists (invalid_list_item),
+// get_group_member_info, get_login_info and the send receipts (a bad
+// message_id fails the send, logged as invalid_receipt), and to the ids
+// callers pass in (a chat, reply or mention out of range is a
+// *channel.RejectedError before any call); at and reply segments with ids
+// out of range are dropped.
+//
+// A frame over Config.ReadLimit closes the WebSocket with status 1009 (the
+// protocol cannot skip a partial frame) and is logged as frame_too_large;
+// the connection is then re-established by whichever side dials.
 //
 // Package onebottest is an in-process OneBot v11 implementation (all three
 // transports) for the adapter's tests and the embedder's.

@@ -12,6 +12,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -48,7 +49,8 @@ func VerifySignature(secret string, body []byte, header string) bool {
 // sink.HandleEvent returned nil) and 503 when the sink refused it, so the
 // implementation may retry; 400 for a body that is not a JSON event, 401/403
 // for a missing/wrong signature, 413 for a body over ReadLimit. Unknown
-// events are logged and answered 204 (retrying cannot help).
+// events and invalid ones (an id out of range, another account) are logged
+// and answered 204 (retrying cannot help).
 func (c *Channel) serveEvents(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", http.MethodPost)
@@ -81,6 +83,9 @@ func (c *Channel) serveEvents(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if id := strings.TrimSpace(r.Header.Get("X-Self-ID")); id != "" {
+		if n, err := strconv.ParseInt(id, 10, 64); err == nil {
+			id = strconv.FormatInt(n, 10)
+		}
 		if known := c.self(); known != "" && known != id {
 			c.log.Warn("self_id_mismatch", "remote", r.RemoteAddr, "x_self_id", id, "bot_id", known)
 			http.Error(w, "onebot: this endpoint serves another account", http.StatusForbidden)
@@ -106,8 +111,8 @@ func (c *Channel) serveEvents(w http.ResponseWriter, r *http.Request) {
 	case errors.Is(err, errIgnored):
 		w.WriteHeader(http.StatusNoContent)
 		return
-	case err != nil:
-		c.log.Warn("invalid_event", "via", "http", "err", err)
+	case err != nil: // acknowledged: redelivering it cannot make it valid
+		c.log.Warn("invalid_event", "via", "http", "remote", r.RemoteAddr, "err", err)
 		w.WriteHeader(http.StatusNoContent)
 		return
 	}

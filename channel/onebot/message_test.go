@@ -19,8 +19,8 @@ func seg(typ string, kv ...string) onebot.Segment {
 
 func text(s string) onebot.Segment { return onebot.TextSegment(s) }
 
-// The official escape vectors of message/string.md, array.md, segment.md
-// (PROTOCOLS.md §1.5).
+// The official escape vectors of the OneBot v11 spec (message/string.md,
+// array.md, segment.md).
 func TestCQOfficialVectors(t *testing.T) {
 	t.Parallel()
 	t.Run("TextEscape", func(t *testing.T) {

@@ -129,7 +129,7 @@ func (c *Channel) State() channel.State {
 	return c.stateLocked("")
 }
 
-// TextLimit declares 900 runes per outgoing message (SPEC §1.3).
+// TextLimit declares TextLimitRunes (900) runes per outgoing message.
 func (c *Channel) TextLimit() channel.TextLimit {
 	return channel.TextLimit{Unit: channel.Runes, Max: TextLimitRunes}
 }

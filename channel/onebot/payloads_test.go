@@ -13,7 +13,8 @@ import (
 	"github.com/personakit/persona/channel/onebot/onebottest"
 )
 
-// The derived HMAC vector of PROTOCOLS.md §1.8 (VERIFIED with openssl).
+// An HMAC-SHA1 vector derived for these tests (the OneBot v11 spec
+// publishes none that can be checked) and verified with openssl.
 const (
 	hmacSecret = "some-secret"
 	hmacBody   = `{"post_type":"meta_event","meta_event_type":"heartbeat","self_id":10001000,"time":1515204254}`
@@ -30,7 +31,7 @@ func TestSignatureVector(t *testing.T) {
 	require.False(t, onebot.VerifySignature(hmacSecret, []byte(hmacBody), "193efaa25613ed55a86bf42430e36019d8251be1"))
 	require.False(t, onebot.VerifySignature(hmacSecret, []byte(hmacBody), "sha1=zz"))
 	// The spec's own sample signature has no published secret or body and
-	// is not used (PROTOCOLS.md §1.8).
+	// so cannot be checked here.
 }
 
 func post(t *testing.T, url, body string, hdr map[string]string) int {

@@ -3,43 +3,167 @@ package onebot
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"math"
 	"strconv"
 )
 
-// flexID is an id read leniently: a JSON number or a string, kept as its
-// decimal text ("" when absent or null).
-type flexID string
+// errInvalidID is wrapped by the error of an event or API answer whose id
+// is outside the protocol's range or of the wrong JSON type. Such a payload
+// can never become valid: events are logged (invalid_event) and dropped,
+// API answers fail the call.
+var errInvalidID = errors.New("onebot: invalid id")
 
-func (f *flexID) UnmarshalJSON(b []byte) error {
+// wireID is an id field kept as its JSON text (nil when absent or null), so
+// that the range checks below can name the field that failed. OneBot v11
+// gives every id as a JSON number: message_id is an int32 (negative on
+// NapCat), user_id, group_id, self_id, target_id and operator_id are QQ
+// numbers (positive int64).
+type wireID []byte
+
+// UnmarshalJSON keeps the raw JSON text of the id.
+func (v *wireID) UnmarshalJSON(b []byte) error {
 	b = bytes.TrimSpace(b)
-	if len(b) == 0 || string(b) == "null" {
-		*f = ""
+	if string(b) == "null" {
+		*v = nil
 		return nil
 	}
-	if b[0] == '"' {
-		var s string
-		if err := json.Unmarshal(b, &s); err != nil {
-			return err
-		}
-		*f = flexID(s)
-		return nil
-	}
-	s := string(b)
-	if n, err := strconv.ParseInt(s, 10, 64); err == nil {
-		*f = flexID(strconv.FormatInt(n, 10))
-		return nil
-	}
-	if x, err := strconv.ParseFloat(s, 64); err == nil && x == math.Trunc(x) && math.Abs(x) < 1<<62 {
-		*f = flexID(strconv.FormatInt(int64(x), 10))
-		return nil
-	}
-	if b[0] == '{' || b[0] == '[' || b[0] == 't' || b[0] == 'f' {
-		*f = "" // not an id: ignore rather than fail the whole payload
-		return nil
-	}
-	*f = flexID(s)
+	*v = bytes.Clone(b)
 	return nil
+}
+
+// present reports whether the field was given (and not null).
+func (v wireID) present() bool { return len(v) > 0 }
+
+// wireInt parses the JSON text of an integer: a number without a fraction
+// or an exponent that fits in an int64. why says what is wrong otherwise.
+func wireInt(b []byte) (n int64, why string) {
+	switch {
+	case len(b) == 0:
+		return 0, "empty"
+	case b[0] == '"':
+		return 0, "a string, not a number"
+	case b[0] == '{' || b[0] == '[':
+		return 0, "an object or array, not a number"
+	case b[0] == 't' || b[0] == 'f':
+		return 0, "a boolean, not a number"
+	case bytes.ContainsAny(b, ".eE"):
+		return 0, "not an integer (a fraction or an exponent)"
+	}
+	n, err := strconv.ParseInt(string(b), 10, 64)
+	switch {
+	case errors.Is(err, strconv.ErrRange):
+		return 0, "out of the 64-bit range"
+	case err != nil:
+		return 0, "not a number"
+	}
+	return n, ""
+}
+
+// idError builds the error of an invalid id field.
+func idError(field string, raw []byte, why string) error {
+	shown := string(raw)
+	if len(shown) > 40 {
+		shown = shown[:40] + "…"
+	}
+	return fmt.Errorf("%w: %s %s: %s", errInvalidID, field, shown, why)
+}
+
+// qq returns a QQ number (user, group, self, target or operator id) as
+// decimal text, "" when the field is absent or null. zeroIsNone lets 0 mean
+// "none" (a private message's group_id, a whole-group mute's user_id);
+// otherwise 0 is invalid, like any value that is not a positive integer.
+func (v wireID) qq(field string, zeroIsNone bool) (string, error) {
+	if !v.present() {
+		return "", nil
+	}
+	n, why := wireInt(v)
+	switch {
+	case why != "":
+		return "", idError(field, v, why)
+	case n == 0 && zeroIsNone:
+		return "", nil
+	case n <= 0:
+		return "", idError(field, v, "not a positive QQ number")
+	}
+	return strconv.FormatInt(n, 10), nil
+}
+
+// msg returns a message id as decimal text, "" when the field is absent or
+// null; anything but a nonzero 32-bit integer is invalid.
+func (v wireID) msg(field string) (string, error) {
+	if !v.present() {
+		return "", nil
+	}
+	n, why := wireInt(v)
+	switch {
+	case why != "":
+		return "", idError(field, v, why)
+	case n == 0:
+		return "", idError(field, v, "0 is not a message id")
+	case n < math.MinInt32 || n > math.MaxInt32:
+		return "", idError(field, v, "outside the 32-bit range of message ids")
+	}
+	return strconv.FormatInt(n, 10), nil
+}
+
+// seq returns a message_seq, 0 when the field is absent, null or 0;
+// anything but a non-negative integer is invalid.
+func (v wireID) seq(field string) (int64, error) {
+	if !v.present() {
+		return 0, nil
+	}
+	n, why := wireInt(v)
+	switch {
+	case why != "":
+		return 0, idError(field, v, why)
+	case n < 0:
+		return 0, idError(field, v, "a negative sequence number")
+	}
+	return n, nil
+}
+
+// idText is the canonical decimal text of a message id or QQ number given
+// as text (a segment's data, a header, a caller's argument), or ok=false.
+// A QQ number must be positive; a message id nonzero and 32-bit.
+func idText(s string, message bool) (string, bool) {
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || strconv.FormatInt(n, 10) != s {
+		return "", false
+	}
+	if message {
+		return s, n != 0 && n >= math.MinInt32 && n <= math.MaxInt32
+	}
+	return s, n > 0
+}
+
+// ids reads the id fields of a payload and keeps the first error, so a
+// decoder can read them all and check once.
+type ids struct{ err error }
+
+func (r *ids) qq(v wireID, field string, zeroIsNone bool) string {
+	s, err := v.qq(field, zeroIsNone)
+	if r.err == nil {
+		r.err = err
+	}
+	return s
+}
+
+func (r *ids) msg(v wireID, field string) string {
+	s, err := v.msg(field)
+	if r.err == nil {
+		r.err = err
+	}
+	return s
+}
+
+func (r *ids) seq(v wireID, field string) int64 {
+	n, err := v.seq(field)
+	if r.err == nil {
+		r.err = err
+	}
+	return n
 }
 
 // optInt is an integer read leniently (a number or a numeric string) that
@@ -96,17 +220,16 @@ func (l *lenientString) UnmarshalJSON(b []byte) error {
 // Message history items and get_msg data have the same shape.
 type wireEvent struct {
 	Time          optInt          `json:"time"`
-	SelfID        flexID          `json:"self_id"`
+	SelfID        wireID          `json:"self_id"`
 	PostType      string          `json:"post_type"`
 	MessageType   string          `json:"message_type"`
 	SubType       string          `json:"sub_type"`
-	MessageID     flexID          `json:"message_id"`
-	RealID        flexID          `json:"real_id"`
-	MessageSeq    optInt          `json:"message_seq"`
-	UserID        flexID          `json:"user_id"`
-	GroupID       flexID          `json:"group_id"`
-	TargetID      flexID          `json:"target_id"`
-	OperatorID    flexID          `json:"operator_id"`
+	MessageID     wireID          `json:"message_id"`
+	MessageSeq    wireID          `json:"message_seq"`
+	UserID        wireID          `json:"user_id"`
+	GroupID       wireID          `json:"group_id"`
+	TargetID      wireID          `json:"target_id"`
+	OperatorID    wireID          `json:"operator_id"`
 	Message       json.RawMessage `json:"message"`
 	RawMessage    lenientString   `json:"raw_message"`
 	Sender        wireSender      `json:"sender"`
@@ -120,7 +243,7 @@ type wireEvent struct {
 }
 
 type wireSender struct {
-	UserID   flexID        `json:"user_id"`
+	UserID   wireID        `json:"user_id"`
 	Nickname lenientString `json:"nickname"`
 	Card     lenientString `json:"card"`
 	Role     lenientString `json:"role"`
@@ -128,7 +251,6 @@ type wireSender struct {
 }
 
 type wireAnonymous struct {
-	ID   flexID        `json:"id"`
 	Name lenientString `json:"name"`
 }
 

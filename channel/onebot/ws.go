@@ -122,9 +122,10 @@ func (c *Channel) serveReverse(w http.ResponseWriter, r *http.Request) {
 	if !c.checkToken(w, r) {
 		return
 	}
-	selfID := strings.TrimSpace(r.Header.Get("X-Self-ID"))
-	if n, err := strconv.ParseInt(selfID, 10, 64); err != nil || n <= 0 {
-		c.log.Warn("bad_handshake", "remote", r.RemoteAddr, "reason", "missing or invalid X-Self-ID", "x_self_id", selfID)
+	rawSelf := strings.TrimSpace(r.Header.Get("X-Self-ID"))
+	selfID, ok := idText(rawSelf, false)
+	if !ok {
+		c.log.Warn("bad_handshake", "remote", r.RemoteAddr, "reason", "missing or invalid X-Self-ID", "x_self_id", rawSelf)
 		http.Error(w, "onebot: X-Self-ID must be the bot's QQ number", http.StatusBadRequest)
 		return
 	}
@@ -347,13 +348,16 @@ func (c *Channel) loadLoginInfo(ctx context.Context) error {
 		return err
 	}
 	var info struct {
-		UserID   flexID        `json:"user_id"`
+		UserID   wireID        `json:"user_id"`
 		Nickname lenientString `json:"nickname"`
 	}
 	if err := json.Unmarshal(data, &info); err != nil {
 		return fmt.Errorf("onebot: get_login_info: %w", err)
 	}
-	id := string(info.UserID)
+	id, err := info.UserID.qq("user_id", false)
+	if err != nil {
+		return fmt.Errorf("onebot: get_login_info: %w", err)
+	}
 	if !c.learnSelfID(id) {
 		return fmt.Errorf("%w: get_login_info says %s, expected %s", errSelfMismatch, id, c.self())
 	}

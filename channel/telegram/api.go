@@ -26,8 +26,8 @@ const maxResponseBytes = 16 << 20
 var ErrUnauthorized = errors.New("telegram: unauthorized (check the bot token)")
 
 // APIError is an unsuccessful Bot API answer ({"ok":false,...}, or a non-2xx
-// status without a JSON body). Its classification follows SPEC §7.7 and is
-// made from the status code only, never from Description:
+// status without a JSON body). It is classified for the pipeline (see
+// channel.Classify) from the status code only, never from Description:
 //
 //   - 429: matches channel.ErrRateLimited; errors.As finds a
 //     *channel.RateLimitedError carrying parameters.retry_after.
@@ -167,6 +167,9 @@ func (c *Channel) call(ctx context.Context, method string, params any, timeout t
 		if env.Parameters != nil {
 			retry = time.Duration(env.Parameters.RetryAfter) * time.Second
 			migrate = env.Parameters.MigrateToChatID
+			if migrate != 0 && !validChatID(migrate) {
+				migrate = 0 // out of range: not a chat to resend to
+			}
 		}
 		return newAPIError(method, code, env.Description, retry, migrate)
 	}

@@ -23,8 +23,8 @@ const (
 	DefaultAPIBase = "https://api.telegram.org"
 	// DefaultPollTimeout is the getUpdates long-poll timeout.
 	DefaultPollTimeout = 30 * time.Second
-	// DefaultCallTimeout is the deadline of every Bot API call (SPEC §1.2:
-	// 10 s); a long poll gets PollTimeout on top.
+	// DefaultCallTimeout is the deadline of every Bot API call (10 s); a
+	// long poll gets PollTimeout on top.
 	DefaultCallTimeout = 10 * time.Second
 	// DefaultRetryMin and DefaultRetryMax bound the reconnect and NACK
 	// backoff: 1 s doubling to 60 s, each delay with ±20 % jitter.

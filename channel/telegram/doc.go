@@ -49,7 +49,20 @@
 //   - a message from the bot itself (Telegram does not send those) would
 //     be KindSelf; other update types (callback queries, reactions, member
 //     updates, ...) and service messages are acknowledged and logged
-//     (telegram_update_skipped).
+//     (telegram_update_skipped);
+//   - ids are checked against the Bot API's ranges: message_id a positive
+//     32-bit integer, user ids positive and chat ids nonzero with at most
+//     52 significant bits, a private chat's id positive and a group's,
+//     supergroup's or channel's negative. An update with an id out of
+//     range or of the wrong JSON type (a string, 1.5, 1e30) anywhere in
+//     the message or the one it replies to is invalid: no event, a warning
+//     naming the field (telegram_update_invalid), and it is acknowledged
+//     (offset, or 200 on the webhook), since redelivery cannot make it
+//     valid. An update whose update_id is missing, negative, not an
+//     integer or over 52 bits is malformed (400 on the webhook). Send results are checked
+//     too (a bad message_id fails the send, telegram_invalid_receipt), and
+//     so are the chat, reply, message and user ids callers pass in (a
+//     *channel.RejectedError before any call).
 //
 // [Channel.Send] uses sendMessage (the text verbatim, no parse_mode) with
 // reply_parameters for Outgoing.ReplyTo, and sendPhoto, sendVoice,
@@ -85,7 +98,7 @@
 //
 // # Implementing
 //
-// How the adapter meets the channel contract (SPEC §1.2):
+// How the adapter meets the channel contract (package channel):
 //
 // Ack discipline. In polling mode the offset advances, and is saved through
 // the [OffsetStore], only after Sink.HandleEvent returned nil for every

@@ -34,6 +34,10 @@ type decoded struct {
 	// skip, when set, says why the update yields no event (it is still
 	// acknowledged: redelivering it would not change that).
 	skip string
+	// invalid marks a skip for a broken update (a field of the wrong type,
+	// an id out of the Bot API's range) rather than an unsupported one; it
+	// is logged as a warning (telegram_update_invalid).
+	invalid bool
 	// users seen in the update (for rendering mentions later).
 	users []tgUser
 }
@@ -43,24 +47,38 @@ type decoded struct {
 var errMalformed = errors.New("telegram: malformed update")
 
 // decodeUpdate parses and normalises one Update. It fails only when the
-// update_id cannot be read; any other problem is a skip with a reason.
+// update_id cannot be read or is negative; any other problem is a skip
+// with a reason (marked invalid for a malformed update or an id out of
+// range, see invalidIDs).
 func (b botInfo) decodeUpdate(raw []byte, now time.Time) (decoded, error) {
 	var fields map[string]json.RawMessage
 	if err := json.Unmarshal(raw, &fields); err != nil {
 		return decoded{}, fmt.Errorf("%w: %w", errMalformed, err)
 	}
 	idRaw, ok := fields["update_id"]
-	if !ok {
+	if !ok || string(idRaw) == "null" {
 		return decoded{}, fmt.Errorf("%w: no update_id", errMalformed)
 	}
 	var d decoded
 	if err := json.Unmarshal(idRaw, &d.updateID); err != nil {
 		return decoded{}, fmt.Errorf("%w: update_id: %w", errMalformed, err)
 	}
+	if !validUpdateID(d.updateID) {
+		return decoded{}, fmt.Errorf("%w: update_id %d out of range", errMalformed, d.updateID)
+	}
 	var u tgUpdate
 	if err := json.Unmarshal(raw, &u); err != nil {
-		d.skip = "malformed update: " + err.Error()
+		d.skip, d.invalid = "malformed update: "+err.Error(), true
 		return d, nil
+	}
+	for _, m := range []*tgMessage{u.Message, u.EditedMessage} {
+		if m == nil {
+			continue
+		}
+		if why := invalidIDs(m); why != "" {
+			d.skip, d.invalid = "invalid id: "+why, true
+			return d, nil
+		}
 	}
 	rawCopy := json.RawMessage(slices.Clone(raw))
 	switch {

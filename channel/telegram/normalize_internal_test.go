@@ -24,7 +24,7 @@ func decodeOne(t *testing.T, raw string) decoded {
 
 // The sample updates of the official "Marvin's Marvellous Guide to All
 // Things Webhook" (core.telegram.org/bots/webhooks, "Testing your bot with
-// updates"), as quoted in PROTOCOLS.md §2.3.
+// updates"), copied verbatim.
 const (
 	officialText = `{"update_id":10000,"message":{"date":1441645532,
  "chat":{"last_name":"Test Lastname","id":1111111,"type":"private","first_name":"Test Firstname","username":"Testusername"},
@@ -409,7 +409,7 @@ func TestSkippedAndMalformed(t *testing.T) {
 		`{"update_id":3}`: "update without content",
 		`{"update_id":3,"my_chat_member":{},"message_reaction":{}}`:                                                                        "unsupported update type message_reaction,my_chat_member",
 		`{"update_id":3,"edited_message":{"message_id":1,"date":1,"chat":{"id":-1001,"type":"channel","title":"c"},"text":"x"}}`:           `unsupported chat type "channel"`,
-		`{"update_id":3,"message":{"message_id":1,"date":1,"chat":{"id":0,"type":"private"},"from":{"id":1,"first_name":"a"},"text":"x"}}`: "chat id 0",
+		`{"update_id":3,"message":{"message_id":1,"date":1,"chat":{"id":0,"type":"private"},"from":{"id":1,"first_name":"a"},"text":"x"}}`: "invalid id: chat.id 0",
 	}
 	for raw, want := range skips {
 		d := decodeOne(t, raw)

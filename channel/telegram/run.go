@@ -151,8 +151,8 @@ func (r *runner) getMe(ctx context.Context) error {
 			CanReadAllGroupMessages bool `json:"can_read_all_group_messages"`
 		}
 		err := c.call(ctx, "getMe", struct{}{}, c.cfg.CallTimeout, &u)
-		if err == nil && u.ID == 0 {
-			err = errors.New("telegram: getMe: result without a user id")
+		if err == nil && !validUserID(u.ID) {
+			err = fmt.Errorf("telegram: getMe: the result has %s", idProblem("id", u.ID, "not a positive user id of at most 52 bits"))
 		}
 		if err == nil {
 			r.bot = newBotInfo(u.tgUser)
@@ -266,9 +266,7 @@ func (r *runner) deliver(ctx context.Context, raws []json.RawMessage, offset int
 			broken = true
 			continue
 		}
-		if d.skip != "" {
-			c.log.Info("telegram_update_skipped", "update_id", d.updateID, "reason", d.skip)
-		}
+		c.logSkip(d)
 		c.rememberUsers(d.users)
 		for _, ev := range d.events {
 			if err := r.sink.HandleEvent(ctx, ev); err != nil {

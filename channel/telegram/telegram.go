@@ -152,7 +152,7 @@ func (c *Channel) rememberUsers(us []tgUser) {
 	defer c.mu.Unlock()
 	for _, u := range us {
 		n := userName(&u)
-		if n == "" {
+		if n == "" || !validUserID(u.ID) {
 			continue
 		}
 		if _, ok := c.names[u.ID]; !ok {
@@ -172,13 +172,16 @@ func (c *Channel) nameOf(id int64) string {
 	return c.names[id]
 }
 
-// chatIDParam renders a chat id for the Bot API: numeric ids as numbers,
-// "@channelusername" as a string.
+// chatIDParam renders a chat id for the Bot API: numeric ids (nonzero, at
+// most 52 bits) as numbers, "@channelusername" as a string.
 func chatIDParam(chat channel.Chat) (any, error) {
 	if !chat.Kind.Valid() || chat.ID == "" {
 		return nil, &channel.RejectedError{Code: "bad_chat", Reason: fmt.Sprintf("invalid chat %q", chat)}
 	}
 	if id, err := strconv.ParseInt(chat.ID, 10, 64); err == nil {
+		if !validChatID(id) {
+			return nil, &channel.RejectedError{Code: "bad_chat", Reason: fmt.Sprintf("chat id %s is out of the Bot API's range", chat.ID)}
+		}
 		return id, nil
 	}
 	if strings.HasPrefix(chat.ID, "@") && len(chat.ID) > 1 {
@@ -231,7 +234,7 @@ func (c *Channel) Send(ctx context.Context, out channel.Outgoing) (channel.Recei
 	var reply *replyParameters
 	if out.ReplyTo != "" {
 		id, err := strconv.ParseInt(out.ReplyTo, 10, 64)
-		if err != nil || id <= 0 {
+		if err != nil || !validMessageID(id) {
 			return channel.Receipt{}, &channel.RejectedError{Code: "bad_reply_to", Reason: fmt.Sprintf("reply target %q is not a Telegram message id", out.ReplyTo)}
 		}
 		reply = &replyParameters{MessageID: id}
@@ -249,6 +252,7 @@ func (c *Channel) Send(ctx context.Context, out channel.Outgoing) (channel.Recei
 		text = prefix + text
 	}
 
+	// sendMessage and sendMedia check the message id of what they sent.
 	var rc channel.Receipt
 	add := func(m sentMessage) {
 		rc.MessageIDs = append(rc.MessageIDs, strconv.FormatInt(m.MessageID, 10))
@@ -271,6 +275,9 @@ func (c *Channel) Send(ctx context.Context, out channel.Outgoing) (channel.Recei
 		var m sentMessage
 		p := sendParams{ChatID: chatID, Text: text, Entities: ents, ReplyParameters: reply}
 		if err := c.call(ctx, "sendMessage", p, c.cfg.CallTimeout, &m); err != nil {
+			return rc, err
+		}
+		if err := c.checkSent("sendMessage", m); err != nil {
 			return rc, err
 		}
 		add(m)
@@ -320,8 +327,10 @@ func (c *Channel) sendMedia(ctx context.Context, chatID any, m channel.Media, ca
 		method, p.Document = "sendDocument", ref
 	}
 	var sm sentMessage
-	err := c.call(ctx, method, p, c.cfg.CallTimeout, &sm)
-	return sm, err
+	if err := c.call(ctx, method, p, c.cfg.CallTimeout, &sm); err != nil {
+		return sentMessage{}, err
+	}
+	return sm, c.checkSent(method, sm)
 }
 
 // renderMentions builds the "Name Name " prefix and its text_mention
@@ -332,7 +341,7 @@ func (c *Channel) renderMentions(ctx context.Context, chatID any, ids []string) 
 	off := 0
 	for _, s := range ids {
 		id, err := strconv.ParseInt(s, 10, 64)
-		if err != nil || id == 0 {
+		if err != nil || !validUserID(id) {
 			c.log.Warn("telegram_mention_dropped", "user_id", s, "reason", "not a Telegram user id")
 			continue
 		}
@@ -368,7 +377,7 @@ func (c *Channel) lookupName(ctx context.Context, chatID any, userID int64) stri
 
 // Typing shows "typing…" in chat with sendChatAction. Telegram clears it
 // after 5 s or when the bot's message arrives, so callers refresh it about
-// every 4–5 s while generating (SPEC §7.5).
+// every 4–5 s while generating.
 func (c *Channel) Typing(ctx context.Context, chat channel.Chat) error {
 	if c.offline.Load() {
 		return fmt.Errorf("telegram: typing: %w", channel.ErrOffline)
@@ -391,7 +400,7 @@ func (c *Channel) Recall(ctx context.Context, chat channel.Chat, messageID strin
 		return err
 	}
 	id, err := strconv.ParseInt(messageID, 10, 64)
-	if err != nil {
+	if err != nil || !validMessageID(id) {
 		return &channel.RejectedError{Code: "bad_message_id", Reason: fmt.Sprintf("%q is not a Telegram message id", messageID)}
 	}
 	return c.call(ctx, "deleteMessage", map[string]any{"chat_id": chatID, "message_id": id}, c.cfg.CallTimeout, nil)
@@ -409,7 +418,7 @@ func (c *Channel) LookupMember(ctx context.Context, chat channel.Chat, userID st
 		return channel.Member{}, err
 	}
 	uid, err := strconv.ParseInt(userID, 10, 64)
-	if err != nil {
+	if err != nil || !validUserID(uid) {
 		return channel.Member{}, &channel.RejectedError{Code: "bad_user_id", Reason: fmt.Sprintf("%q is not a Telegram user id", userID)}
 	}
 	var m tgChatMember

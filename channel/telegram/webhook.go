@@ -20,9 +20,12 @@ import (
 //     WebhookConfig.SecretToken (compared in constant time);
 //   - 503 while Run is not active (Telegram retries later);
 //   - 413 when the body exceeds WebhookConfig.MaxBodyBytes;
-//   - 400 for a body that is not an Update;
+//   - 400 for a body that is not an Update (no update_id that is a
+//     non-negative integer);
 //   - 200 for an update that yields no event (unsupported type, channel
-//     post, service message): redelivering it would not change that;
+//     post, service message) and for an invalid one (a field of the wrong
+//     type, an id out of the Bot API's range; logged as a warning,
+//     telegram_update_invalid): redelivering it would not change that;
 //   - 200 once sink.HandleEvent accepted every event of the update, else
 //     503 so that Telegram delivers it again.
 //
@@ -67,9 +70,7 @@ func (c *Channel) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "malformed update: "+err.Error(), http.StatusBadRequest)
 		return
 	}
-	if d.skip != "" {
-		c.log.Info("telegram_update_skipped", "update_id", d.updateID, "reason", d.skip)
-	}
+	c.logSkip(d)
 	c.rememberUsers(d.users)
 	for _, ev := range d.events {
 		if err := run.sink.HandleEvent(r.Context(), ev); err != nil {
@@ -88,4 +89,17 @@ func (c *Channel) secretOK(got string) bool {
 	want := sha256.Sum256([]byte(c.cfg.Webhook.SecretToken))
 	have := sha256.Sum256([]byte(got))
 	return got != "" && subtle.ConstantTimeCompare(want[:], have[:]) == 1
+}
+
+// logSkip logs why an update yields no event: a warning for an invalid
+// update, which is acknowledged and dropped, info for an unsupported one.
+func (c *Channel) logSkip(d decoded) {
+	switch {
+	case d.skip == "":
+	case d.invalid:
+		c.log.Warn("telegram_update_invalid", "update_id", d.updateID, "reason", d.skip,
+			"effect", "acknowledged and dropped: redelivery cannot make it valid")
+	default:
+		c.log.Info("telegram_update_skipped", "update_id", d.updateID, "reason", d.skip)
+	}
 }

@@ -134,6 +134,7 @@ func TestGroupMentionEndToEnd(t *testing.T) {
 			}
 			waitFor(t, b.stdout, `model: +offline demo model: no model is configured`)
 			waitFor(t, b.stdout, `persona: built-in SOUL.md`)
+			waitFor(t, b.stdout, `memory: +on \(PERSONA_MEMORY\); agent loop: off \(PERSONA_AGENT\)`)
 			waitFor(t, b.stderr, `msg=state .*connected=true online=true`)
 
 			ctx := tctx(t)
@@ -190,6 +191,8 @@ func TestBadConfig(t *testing.T) {
 		{"unknown dialect", map[string]string{envDialect: "mirai"}, []string{`PERSONA_ONEBOT_DIALECT="mirai"`}},
 		{"owner not a QQ number", map[string]string{envOwner: "123, alice"}, []string{`PERSONA_OWNER: "alice" is not a QQ number`}},
 		{"bad log level", map[string]string{envLogLevel: "loud"}, []string{`PERSONA_LOG_LEVEL="loud"`}},
+		{"bad memory switch", map[string]string{envMemory: "enabled"}, []string{`PERSONA_MEMORY="enabled": want on or off`}},
+		{"bad agent switch", map[string]string{envAgent: "y"}, []string{`PERSONA_AGENT="y": want on or off`}},
 		{"missing SOUL", map[string]string{envSoul: missing}, []string{"PERSONA_SOUL:", "no-such-SOUL.md"}},
 		{"empty SOUL", map[string]string{envSoul: empty}, []string{"PERSONA_SOUL:", "is empty"}},
 		{"bad model URL", map[string]string{openai.EnvBaseURL: "ftp://models.example"}, []string{"model (PERSONA_MODEL_BASE_URL", "must be an http or https URL"}},
@@ -236,10 +239,15 @@ func TestConfigDefaults(t *testing.T) {
 	require.Equal(t, filepath.FromSlash("data/onebot"), cfg.dataDir)
 	require.Equal(t, defaultSoul, cfg.soul)
 	require.Empty(t, cfg.owners)
+	require.True(t, cfg.memory, "memory is on by default")
+	require.False(t, cfg.agent, "the agent loop is off by default")
 
-	env := map[string]string{envOwner: " 1000, ,2000 ", envAliases: "Mira, mi", envMode: "http", envURL: "https://qq.example:5700", envDialect: "Lagrange"}
+	env := map[string]string{envOwner: " 1000, ,2000 ", envAliases: "Mira, mi", envMode: "http", envURL: "https://qq.example:5700", envDialect: "Lagrange",
+		envMemory: "No", envAgent: "on"}
 	cfg, err = loadConfig(func(k string) string { return env[k] })
 	require.NoError(t, err)
+	require.False(t, cfg.memory)
+	require.True(t, cfg.agent)
 	require.Equal(t, []string{"1000", "2000"}, cfg.owners)
 	require.Equal(t, []string{"Mira", "mi"}, cfg.aliases)
 	require.Equal(t, "127.0.0.1:8080", cfg.listen, "http mode listens for events")

@@ -25,6 +25,8 @@ const (
 	envOwner         = botenv.EnvOwner
 	envAliases       = botenv.EnvAliases
 	envLogLevel      = botenv.EnvLogLevel
+	envMemory        = botenv.EnvMemory
+	envAgent         = botenv.EnvAgent
 )
 
 // defaultDataDir holds the database and the getUpdates offset.
@@ -44,6 +46,8 @@ type config struct {
 	owners   []string
 	aliases  []string
 	level    slog.Level
+	memory   bool // long-term memory (persona.Options.Memory)
+	agent    bool // the agent tool loop (persona.Options.Agent)
 }
 
 func (c config) mode() telegram.Mode {
@@ -100,6 +104,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 	errs = append(errs, cerrs...)
 	cfg.soul, cfg.soulFrom, cfg.dataDir = common.Soul, common.SoulFrom, common.DataDir
 	cfg.owners, cfg.aliases, cfg.level = common.Owners, common.Aliases, common.Level
+	cfg.memory, cfg.agent = common.Memory, common.Agent
 	return cfg, errors.Join(errs...)
 }
 

@@ -29,6 +29,13 @@
 //     names the bot answers to.
 //   - PERSONA_LOG_LEVEL: debug, info (default), warn or error; logs go to
 //     stderr.
+//   - PERSONA_MEMORY: long-term memory (recalled facts and history in the
+//     prompt, summaries, fact extraction after replies); on by default.
+//   - PERSONA_AGENT: the agent tool loop instead of one model call per
+//     reply; off by default.
+//
+// PERSONA_MEMORY and PERSONA_AGENT take 1/0, true/false, on/off or yes/no
+// (any case); any other value stops the bot at start.
 //
 // SIGINT or SIGTERM stops it gracefully: in-flight turns are released to
 // the durable queue and picked up again on the next start.
@@ -97,6 +104,8 @@ func run(ctx context.Context, getenv func(string) string, stdout, stderr io.Writ
 		Model:    model,
 		Owners:   cfg.owners,
 		Aliases:  cfg.aliases,
+		Memory:   cfg.memory,
+		Agent:    cfg.agent,
 		Logger:   log.With("component", "persona"),
 	})
 	if err != nil {
@@ -106,7 +115,7 @@ func run(ctx context.Context, getenv func(string) string, stdout, stderr io.Writ
 
 	banner(stdout, cfg, modelDesc)
 	warnings(log, cfg)
-	log.Info("bot_starting", "mode", cfg.mode(), "data", cfg.dataDir, "owners", len(cfg.owners))
+	log.Info("bot_starting", "mode", cfg.mode(), "data", cfg.dataDir, "owners", len(cfg.owners), "memory", cfg.memory, "agent", cfg.agent)
 	err = p.Run(ctx)
 	log.Info("bot_stopped", "err", err)
 	if errors.Is(err, telegram.ErrUnauthorized) {
@@ -121,6 +130,7 @@ func banner(w io.Writer, cfg config, modelDesc string) {
 	fmt.Fprintln(w, "  model:    "+modelDesc)
 	fmt.Fprintln(w, "  persona:  "+cfg.soulFrom)
 	fmt.Fprintln(w, "  data:     "+cfg.dataDir)
+	fmt.Fprintf(w, "  memory:   %s (%s); agent loop: %s (%s)\n", botenv.OnOff(cfg.memory), envMemory, botenv.OnOff(cfg.agent), envAgent)
 	api := cfg.api
 	if api == telegram.DefaultAPIBase {
 		api = "the official Bot API (" + api + ")"

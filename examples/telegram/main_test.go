@@ -127,6 +127,7 @@ func TestPollingEndToEnd(t *testing.T) {
 	env := envFor(t, srv)
 	b := startBot(t, env)
 	waitFor(t, b.stdout, `model: +offline demo model: no model is configured`)
+	waitFor(t, b.stdout, `memory: +on \(PERSONA_MEMORY\); agent loop: off \(PERSONA_AGENT\)`)
 	waitFor(t, b.stdout, `telegram: long polling http://127\.0\.0\.1:\d+`)
 	ctx := tctx(t)
 
@@ -158,6 +159,26 @@ func TestPollingEndToEnd(t *testing.T) {
 	requireEcho(t, sent[4:], alice.ID, 0, "back again")
 	time.Sleep(200 * time.Millisecond)
 	require.Len(t, srv.Sent(), 6, "nothing is answered twice")
+}
+
+// TestMemoryOffAgentOn: PERSONA_MEMORY=off and PERSONA_AGENT=yes reach the
+// pipeline (the banner and the start log say so) and the bot still
+// answers, now through the agent loop.
+func TestMemoryOffAgentOn(t *testing.T) {
+	t.Parallel()
+	srv := newFake(t)
+	env := envFor(t, srv)
+	env[envMemory], env[envAgent] = "off", "Yes"
+	b := startBot(t, env)
+	waitFor(t, b.stdout, `memory: +off \(PERSONA_MEMORY\); agent loop: on \(PERSONA_AGENT\)`)
+	waitFor(t, b.stderr, `msg=bot_starting .*memory=false agent=true`)
+	ctx := tctx(t)
+	carol := telegramtest.User{ID: 7777, FirstName: "Carol"}
+	_, err := srv.Push(ctx, telegramtest.Incoming{Chat: telegramtest.Chat{ID: carol.ID, Type: telegramtest.ChatPrivate}, From: carol, Text: "agent hello"})
+	require.NoError(t, err)
+	sent, err := srv.WaitSent(ctx, 2)
+	require.NoError(t, err)
+	requireEcho(t, sent, carol.ID, 0, "agent hello")
 }
 
 // TestWebhookEndToEnd: with PERSONA_TELEGRAM_WEBHOOK_ADDR the bot
@@ -231,6 +252,8 @@ func TestBadConfig(t *testing.T) {
 		{"webhook settings without ADDR", map[string]string{envToken: tok, envWebhookSecret: "s", envWebhookURL: "https://bot.example/"}, []string{"set PERSONA_TELEGRAM_WEBHOOK_ADDR"}},
 		{"owner is a username", map[string]string{envToken: tok, envOwner: "@alice"}, []string{`PERSONA_OWNER: "@alice" is not a numeric Telegram user id`}},
 		{"bad log level", map[string]string{envToken: tok, envLogLevel: "chatty"}, []string{`PERSONA_LOG_LEVEL="chatty"`}},
+		{"bad memory switch", map[string]string{envToken: tok, envMemory: "maybe"}, []string{`PERSONA_MEMORY="maybe": want on or off`}},
+		{"bad agent switch", map[string]string{envToken: tok, envAgent: "2"}, []string{`PERSONA_AGENT="2": want on or off`}},
 		{"missing SOUL", map[string]string{envToken: tok, envSoul: missing}, []string{"PERSONA_SOUL:", "no-such-SOUL.md"}},
 		{"bad model URL", map[string]string{envToken: tok, openai.EnvBaseURL: "localhost:11434"}, []string{"model (PERSONA_MODEL_BASE_URL"}},
 		{"all at once", map[string]string{envOwner: "x", envWebhookAddr: ":8443"}, []string{"PERSONA_TELEGRAM_TOKEN is required", "PERSONA_OWNER", "PERSONA_TELEGRAM_WEBHOOK_SECRET"}},
@@ -267,9 +290,14 @@ func TestConfigDefaults(t *testing.T) {
 	require.Equal(t, defaultSoul, cfg.soul)
 	require.Equal(t, []string{"1", "2"}, cfg.owners)
 	require.Equal(t, []string{"Mira"}, cfg.aliases)
+	require.True(t, cfg.memory, "memory is on by default")
+	require.False(t, cfg.agent, "the agent loop is off by default")
 
 	env[envWebhookAddr], env[envWebhookSecret] = "127.0.0.1:8443", "s"
+	env[envMemory], env[envAgent] = "0", "TRUE"
 	cfg, err = loadConfig(func(k string) string { return env[k] })
 	require.NoError(t, err)
 	require.Equal(t, telegram.ModeWebhook, cfg.mode())
+	require.False(t, cfg.memory)
+	require.True(t, cfg.agent)
 }

@@ -23,6 +23,12 @@ const (
 	EnvOwner    = "PERSONA_OWNER"
 	EnvAliases  = "PERSONA_ALIASES"
 	EnvLogLevel = "PERSONA_LOG_LEVEL"
+	// EnvMemory turns long-term memory (persona.Options.Memory) on or off;
+	// default on.
+	EnvMemory = "PERSONA_MEMORY"
+	// EnvAgent turns the agent tool loop (persona.Options.Agent) on or
+	// off; default off.
+	EnvAgent = "PERSONA_AGENT"
 )
 
 // Common is what every reference bot reads.
@@ -33,6 +39,8 @@ type Common struct {
 	Owners   []string
 	Aliases  []string
 	Level    slog.Level
+	Memory   bool // persona.Options.Memory (PERSONA_MEMORY, default on)
+	Agent    bool // persona.Options.Agent (PERSONA_AGENT, default off)
 }
 
 // Defaults are a bot's own defaults for Load.
@@ -81,7 +89,42 @@ func Load(getenv func(string) string, d Defaults) (Common, []error) {
 			bad("%s=%q: want debug, info, warn or error", EnvLogLevel, lv)
 		}
 	}
+	flag := func(name string, def bool) bool {
+		v := get(name)
+		if v == "" {
+			return def
+		}
+		on, ok := Bool(v)
+		if !ok {
+			bad("%s=%q: want on or off (1/0, true/false, on/off, yes/no)", name, v)
+			return def
+		}
+		return on
+	}
+	c.Memory = flag(EnvMemory, true)
+	c.Agent = flag(EnvAgent, false)
 	return c, errs
+}
+
+// Bool reads a boolean variable's value: 1, true, on and yes are true; 0,
+// false, off and no are false (case-insensitive, surrounding blanks
+// ignored); ok is false for anything else.
+func Bool(s string) (value, ok bool) {
+	switch strings.ToLower(strings.TrimSpace(s)) {
+	case "1", "true", "on", "yes":
+		return true, true
+	case "0", "false", "off", "no":
+		return false, true
+	}
+	return false, false
+}
+
+// OnOff renders a switch for a banner.
+func OnOff(on bool) string {
+	if on {
+		return "on"
+	}
+	return "off"
 }
 
 // List splits a comma-separated variable, dropping blanks.
@@ -116,8 +159,13 @@ func Model(getenv func(string) string) (m agent.Model, desc string, offline bool
 }
 
 // OfflineReply echoes the current message in two chat messages, so the
-// demo shows the quote on the first chunk only.
+// demo shows the quote on the first chunk only. Memory extraction
+// (PERSONA_MEMORY, on by default) gets an answer with no facts: the demo
+// remembers nothing, and no extraction job fails over an echo.
 func OfflineReply(_ context.Context, req agent.Request) (*agent.Response, error) {
+	if req.Purpose == agent.PurposeMemory {
+		return &agent.Response{Text: `{"candidates":[]}`, Model: "offline-demo"}, nil
+	}
 	current := ""
 	for _, m := range req.Messages {
 		if m.Role == agent.RoleUser && strings.HasPrefix(m.Content, "[current] ") {

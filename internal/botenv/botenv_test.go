@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/personakit/persona/agent"
 	"github.com/personakit/persona/internal/botenv"
 )
 
@@ -42,4 +43,82 @@ func TestModelOffline(t *testing.T) {
 	require.True(t, offline)
 	require.NotNil(t, m)
 	require.Contains(t, desc, "offline demo model")
+}
+
+func TestLoadMemoryAgentDefaults(t *testing.T) {
+	t.Parallel()
+	c, errs := botenv.Load(func(string) string { return "" }, botenv.Defaults{})
+	require.Empty(t, errs)
+	require.True(t, c.Memory, "memory is on by default")
+	require.False(t, c.Agent, "the agent loop is off by default")
+}
+
+func TestLoadMemoryAgentValues(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		in   string
+		want bool
+	}{
+		{"1", true}, {"0", false},
+		{"true", true}, {"false", false}, {"TRUE", true}, {"False", false},
+		{"on", true}, {"off", false}, {"On", true}, {"OFF", false},
+		{"yes", true}, {"no", false}, {"YES", true}, {"No", false},
+		{" yes ", true}, {"\toff\n", false},
+	} {
+		for _, name := range []string{botenv.EnvMemory, botenv.EnvAgent} {
+			env := map[string]string{name: tc.in}
+			c, errs := botenv.Load(func(k string) string { return env[k] }, botenv.Defaults{})
+			require.Empty(t, errs, "%s=%q", name, tc.in)
+			got := c.Memory
+			if name == botenv.EnvAgent {
+				got = c.Agent
+			}
+			require.Equal(t, tc.want, got, "%s=%q", name, tc.in)
+		}
+	}
+}
+
+func TestLoadMemoryAgentInvalid(t *testing.T) {
+	t.Parallel()
+	for _, bad := range []string{"maybe", "2", "-1", "enabled", "tru", "y", "n", "0n", "yes please"} {
+		env := map[string]string{botenv.EnvMemory: bad, botenv.EnvAgent: bad}
+		_, errs := botenv.Load(func(k string) string { return env[k] }, botenv.Defaults{})
+		require.Len(t, errs, 2, "%q", bad)
+		require.ErrorContains(t, errs[0], botenv.EnvMemory+"=")
+		require.ErrorContains(t, errs[1], botenv.EnvAgent+"=")
+		require.ErrorContains(t, errs[0], "want on or off")
+	}
+	// One bad switch does not hide the other's value.
+	env := map[string]string{botenv.EnvMemory: "off", botenv.EnvAgent: "sometimes"}
+	c, errs := botenv.Load(func(k string) string { return env[k] }, botenv.Defaults{})
+	require.Len(t, errs, 1)
+	require.ErrorContains(t, errs[0], botenv.EnvAgent)
+	require.False(t, c.Memory)
+}
+
+func TestBool(t *testing.T) {
+	t.Parallel()
+	v, ok := botenv.Bool("Yes")
+	require.True(t, ok)
+	require.True(t, v)
+	v, ok = botenv.Bool("0")
+	require.True(t, ok)
+	require.False(t, v)
+	_, ok = botenv.Bool("")
+	require.False(t, ok)
+	require.Equal(t, "on", botenv.OnOff(true))
+	require.Equal(t, "off", botenv.OnOff(false))
+}
+
+func TestOfflineReplyMemory(t *testing.T) {
+	t.Parallel()
+	resp, err := botenv.OfflineReply(t.Context(), agent.Request{Purpose: agent.PurposeMemory,
+		Messages: []agent.Message{{Role: agent.RoleUser, Content: "[current] alice: I like tea"}}})
+	require.NoError(t, err)
+	require.JSONEq(t, `{"candidates":[]}`, resp.Text)
+
+	resp, err = botenv.OfflineReply(t.Context(), agent.Request{Purpose: agent.PurposeChat,
+		Messages: []agent.Message{{Role: agent.RoleUser, Content: "[current] alice: I like tea"}}})
+	require.NoError(t, err)
+	require.Contains(t, resp.Text, `You said "I like tea"`)
 }

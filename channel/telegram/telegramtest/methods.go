@@ -1,6 +1,7 @@
 package telegramtest
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -204,10 +205,16 @@ func (s *Server) PushEdit(ctx context.Context, chatID, messageID int64, text str
 // PushRaw queues an arbitrary update given as a JSON object (its
 // update_id is assigned by the server, replacing any given). It bypasses
 // allowed_updates and the chat store: use it for unknown update types and
-// malformed content.
+// malformed content. Numbers are passed on as written (1e30 stays 1e30, a
+// 64-bit id keeps every digit).
 func (s *Server) PushRaw(ctx context.Context, obj []byte) (int64, error) {
 	var m map[string]any
-	if err := json.Unmarshal(obj, &m); err != nil {
+	dec := json.NewDecoder(bytes.NewReader(obj))
+	dec.UseNumber()
+	if err := dec.Decode(&m); err != nil || !json.Valid(obj) || m == nil {
+		if err == nil {
+			err = errors.New("not a single JSON object")
+		}
 		return 0, fmt.Errorf("telegramtest: PushRaw needs a JSON object: %w", err)
 	}
 	typ := ""

@@ -98,14 +98,46 @@ type TextLimiter interface {
 	TextLimit() TextLimit
 }
 
-// LimitOf returns the channel's declared text limit, or DefaultTextLimit.
+// LimitOf returns the channel's declared text limit (looking through
+// wrappers, see As), or DefaultTextLimit.
 func LimitOf(c Channel) TextLimit {
-	if l, ok := c.(TextLimiter); ok {
+	if l, ok := As[TextLimiter](c); ok {
 		if tl := l.TextLimit(); tl.Max > 0 {
 			return tl
 		}
 	}
 	return DefaultTextLimit
+}
+
+// Wrapper is implemented by a channel that wraps another one (such as the
+// delivery exit a reply's chunks leave through): Unwrap returns the
+// wrapped channel.
+type Wrapper interface {
+	Unwrap() Channel
+}
+
+// As finds the first channel in c's chain (c, then what Unwrap returns,
+// and so on) that implements the capability T, like errors.As: a wrapper
+// that implements T itself (the delivery exit's ledgered SendForward)
+// is found before the channel it wraps. Optional capabilities (Typer,
+// HistoryFetcher, ForwardSender, …) should be detected with As, so that
+// they are seen through wrappers.
+func As[T any](c Channel) (T, bool) {
+	for range 64 { // a chain longer than this is a cycle
+		if c == nil {
+			break
+		}
+		if t, ok := c.(T); ok {
+			return t, true
+		}
+		w, ok := c.(Wrapper)
+		if !ok {
+			break
+		}
+		c = w.Unwrap()
+	}
+	var zero T
+	return zero, false
 }
 
 // HistoryQuery asks for one page of a chat's history, newest first.

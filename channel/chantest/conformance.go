@@ -132,7 +132,7 @@ var (
 // DefaultTimeout bounds each conformance subtest when Env.Timeout is zero.
 const DefaultTimeout = 10 * time.Second
 
-// Conformance runs the adapter duties of SPEC §1.2 as subtests against the
+// Conformance runs the duties every adapter owes as subtests against the
 // adapter and fake platform that h starts: normalisation of group and private
 // messages, mentions, quotes, text round trips, sends and receipts, reply-to,
 // ack discipline (a NACKed event is not lost), prompt shutdown, concurrent

@@ -29,7 +29,9 @@
 //
 // # Implementing
 //
-// An adapter package proves the duties of SPEC §1.2 by running
+// An adapter package proves the duties every adapter owes (it normalises
+// events, acks an event only once it is stored, classifies send errors, and
+// the rest that [Conformance] lists) by running
 //
 //	func TestConformance(t *testing.T) {
 //		chantest.Conformance(t, chantest.HarnessFunc(func(t *testing.T) chantest.Env {

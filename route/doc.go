@@ -1,6 +1,6 @@
 // Package route decides whether a message that passed the gates gets a
 // reply: first the direct triggers (a pure function of the event), then, for
-// unprompted group messages, the [Router] (SPEC §3.3–§3.5).
+// unprompted group messages, the [Router].
 //
 // # Overview
 //
@@ -17,14 +17,16 @@
 //
 // A [Router] rates an unprompted group message and returns a [Decision].
 // The default, [ModelRouter] built by [New], asks a model (purpose
-// agent.PurposeRouter, 60 s for the whole rating) with the bot's aliases
-// and last message, the last 30 messages (at most 180 characters each,
-// speakers aliased as u1, u2, …; real ids never reach the model) and the
-// candidates, and expects
+// agent.PurposeRouter, 60 s for the whole rating) with the bot's alias and
+// names, the recent transcript (at least 30 messages, at most 180
+// characters each), the bot's last message and the candidates, and
+// expects
 //
-//	{"candidates":[{"message_id":"c1","relevance":{"directed":"yes|no","reason":"…"},"chat_in":{"score":0.0,"reason":"…"}}]}
+//	{"candidates":[{"message_id":"m_…","relevance":{"directed":"yes|no","reason":"…"},"chat_in":{"score":0.0,"reason":"…"}}]}
 //
-// ([ParseRatings]; code fences stripped). An unusable answer is asked once
+// ([ParseRatings]; code fences stripped; a candidate may be named by the
+// alias it was shown with, by its real message id, or by its position
+// label c1, c2, …). An unusable answer is asked once
 // more with a reminder of the schema; a second unusable answer, a timeout
 // or any model error ends as [IgnoredRouterFailed] — there is no keyword
 // fallback. Each candidate is then decided in order: not directed and score
@@ -36,6 +38,40 @@
 // reports a sent chat-in reply with [ModelRouter.ChatReplySent]. Every
 // rating is logged as "proactive_reply_route" with both reasons; the
 // decisive reason is Decision.Reason.
+//
+// # Privacy and caching
+//
+// Real ids never reach the router's model. Every id is rendered through
+// the session's agent.Scope, the one the context carries (agent.WithScope;
+// the pipeline sets it for every turn): speakers, mentions ("@u_…"; a
+// mention of everyone, agent.MentionAll, reads "@everyone"), quoted
+// senders and the candidates' message ids ("m_…") are the Scope's
+// aliases, the same in every call of every kind; ids the Scope knows that
+// people typed are scrubbed from the texts; media are placeholders
+// ("[image]"), never URLs, and only inline (data:) images of the message
+// are attached. The bot has an alias like everyone else; the request says
+// which one (bot.speaker) and marks the bot's lines is_bot. Without a
+// Scope in the context (the router used on its own) the router renders
+// through a fallback Scope per session, keyed by a random secret of the
+// ModelRouter: aliases are stable for the router's lifetime and differ
+// between sessions. Whether or not the model sits behind agent.Private,
+// which turns aliases in its answer back into ids, the router maps the
+// answer's message ids back itself.
+//
+// The request is laid out for a provider's prefix cache: the fixed system
+// prompt, then what stays the same from one rating of a session to the
+// next (the bot's alias and names, the group's criteria, the transcript
+// with absolute UTC times), then what changes with every rating (how long
+// ago the bot spoke, the candidates, the current time). The transcript
+// window is epoch-anchored: it starts where the session's previous window
+// started and grows with the new messages up to twice
+// Config.TranscriptMessages, then jumps forward to the newest
+// TranscriptMessages; so a request only appends to the previous one's
+// transcript, except once every TranscriptMessages messages. The window
+// start is kept per session in memory (a restart starts a new epoch). For
+// this the pipeline passes [ModelRouter.RecentLimit] recent messages. On a
+// busy group replayed in the tests, consecutive requests share about 93 %
+// of their bytes (38 % with the former per-call aliases and ages).
 //
 // The settings per chat (answer questions, chat level and threshold,
 // cooldown, extra criteria) come from Config.Settings, normally

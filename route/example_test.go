@@ -40,7 +40,7 @@ func ExampleRouterFunc() {
 }
 
 // The default router asks a model (here a scripted one) to rate the
-// message and decides by the SPEC order.
+// message and decides in the documented order.
 func ExampleNew() {
 	model := agenttest.New().OnPurpose(agent.PurposeRouter, agenttest.Reply("```json\n"+
 		`{"candidates":[{"message_id":"c1","relevance":{"directed":"yes","reason":"It asks Mira for a recommendation."},`+

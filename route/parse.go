@@ -20,7 +20,9 @@ const (
 
 // Rating is the router model's answer for one candidate message.
 type Rating struct {
-	// MessageID is the candidate's id as given to the model.
+	// MessageID is the candidate's id as the answer names it (the
+	// ModelRouter accepts the alias it showed, the real message id an
+	// agent.Private boundary restores, or the position label c1, c2, …).
 	MessageID string `json:"message_id"`
 	// Directed is "yes" or "no": is the message clearly addressed to the
 	// bot.
@@ -34,7 +36,7 @@ type Rating struct {
 }
 
 // OutputSchema is the shape the router model must answer in.
-const OutputSchema = `{"candidates":[{"message_id":"c1","relevance":{"directed":"yes|no","reason":"one short sentence"},"chat_in":{"score":0.0,"reason":"one short sentence"}}]}`
+const OutputSchema = `{"candidates":[{"message_id":"the candidate's message_id","relevance":{"directed":"yes|no","reason":"one short sentence"},"chat_in":{"score":0.0,"reason":"one short sentence"}}]}`
 
 type wireOutput struct {
 	Candidates *[]wireCandidate `json:"candidates"`

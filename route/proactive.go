@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -17,12 +16,14 @@ import (
 	"github.com/personakit/persona/outcome"
 )
 
-// Defaults of the proactive router (SPEC §11).
+// Defaults of the proactive router.
 const (
 	// DefaultTimeout bounds all model calls of one rating together.
 	DefaultTimeout = 60 * time.Second
 	// DefaultTranscriptMessages and DefaultTranscriptChars shape the
-	// transcript shown to the model.
+	// transcript shown to the model: at least DefaultTranscriptMessages
+	// messages (up to twice as many), each clipped to
+	// DefaultTranscriptChars characters.
 	DefaultTranscriptMessages = 30
 	DefaultTranscriptChars    = 180
 	// DefaultConcurrency is the number of router calls at once.
@@ -60,8 +61,10 @@ type Config struct {
 	Aliases []string
 	// Timeout bounds the whole rating, both attempts (60 s).
 	Timeout time.Duration
-	// TranscriptMessages and TranscriptChars bound the transcript (30
-	// messages of at most 180 characters).
+	// TranscriptMessages and TranscriptChars bound the transcript: at
+	// least TranscriptMessages messages (30) when there are that many, at
+	// most twice that (see ModelRouter.RecentLimit), each of at most
+	// TranscriptChars characters (180).
 	TranscriptMessages int
 	TranscriptChars    int
 	// Concurrency is the number of router calls at once (8). Calls for one
@@ -82,8 +85,12 @@ type Config struct {
 }
 
 // ModelRouter is the default Router: it asks a model to rate unprompted
-// group messages and decides per SPEC §3.5. Build it with New. It is safe
-// for concurrent use.
+// group messages and decides in the order the package documentation
+// gives. Build it with New. It renders
+// every id through the session's agent.Scope (the one the context
+// carries, else a fallback of its own) and keeps, per session in memory,
+// where its transcript window starts (see the package documentation,
+// "Privacy and caching"). It is safe for concurrent use.
 type ModelRouter struct {
 	model              agent.Model
 	flags              gate.Flags
@@ -100,6 +107,9 @@ type ModelRouter struct {
 	log                *slog.Logger
 	slots              chan struct{}
 	sessions           keyedMutex
+	// secret keys the fallback Scopes (see scopeFor).
+	secret []byte
+	state  sessionState
 }
 
 var _ Router = (*ModelRouter)(nil)
@@ -158,6 +168,11 @@ func New(cfg Config) (*ModelRouter, error) {
 		n = DefaultConcurrency
 	}
 	r.slots = make(chan struct{}, n)
+	secret, err := agent.NewAliasSecret()
+	if err != nil {
+		return nil, fmt.Errorf("route: %w", err)
+	}
+	r.secret = secret
 	if r.log == nil {
 		r.log = slog.New(slog.DiscardHandler)
 	}
@@ -184,7 +199,8 @@ func StartChatCooldown(ctx context.Context, f gate.Flags, sessionKey string, unt
 	return f.SetFlag(ctx, gate.Flag{SessionKey: sessionKey, Name: gate.FlagChatCooldown, Until: until})
 }
 
-// Route rates in.Event (and in.Others) and decides per SPEC §3.5. A model
+// Route rates in.Event (and in.Others) and decides each candidate in the
+// order the package documentation gives. A model
 // timeout, error or twice-unparsable answer is a Decision with
 // IgnoredRouterFailed, not an error. Route returns an error only when ctx
 // ended (the caller is shutting down: release the message, do not record
@@ -202,10 +218,6 @@ func (r *ModelRouter) Route(ctx context.Context, in Input) (Decision, error) {
 	for i := range in.Others {
 		cands = append(cands, &in.Others[i])
 	}
-	ids := make([]string, len(cands))
-	for i := range cands {
-		ids[i] = "c" + strconv.Itoa(i+1)
-	}
 	settings := r.settingsFor(&in.Event)
 	now := r.clk.Now()
 
@@ -222,7 +234,7 @@ func (r *ModelRouter) Route(ctx context.Context, in Input) (Decision, error) {
 	if err != nil {
 		return Decision{}, err
 	}
-	ratings, res := r.rate(ctx, in, cands, ids, settings.Criteria, now)
+	ratings, res := r.rate(ctx, session, in, cands, settings.Criteria, now)
 	release()
 	if err := ctx.Err(); err != nil {
 		return Decision{}, err
@@ -234,7 +246,7 @@ func (r *ModelRouter) Route(ctx context.Context, in Input) (Decision, error) {
 
 	decisions := make([]Decision, len(cands))
 	for i, ev := range cands {
-		rt, ok := ratings[ids[i]]
+		rt, ok := ratings[i]
 		if !ok {
 			decisions[i] = Decision{MessageID: ev.MessageID, Code: IgnoredRouterFailed, Reason: res.problem}
 		} else {
@@ -268,7 +280,9 @@ func (r *ModelRouter) all(ctx context.Context, session string, cands []*channel.
 	return out
 }
 
-// decide applies the SPEC §3.5 decision order to one rating.
+// decide applies the decision order to one rating: a stop (not directed,
+// score 0), a directed question, the chat-in threshold, the cooldown,
+// talk-too-much, then pass.
 func decide(rt Rating, s gate.Proactive, coolUntil time.Time, coolOn bool, talk talkState) Decision {
 	d := Decision{Directed: rt.Directed, ChatIn: rt.ChatIn}
 	stop := func(code outcome.Code, reason string) Decision {
@@ -382,7 +396,9 @@ func (r *ModelRouter) talkTooMuch(in Input, cands []*channel.Event, now time.Tim
 			others[ev.Sender.ID] = true
 		}
 	}
-	for i := range in.Recent {
+	// The newest TranscriptMessages of Recent only: the pipeline used to
+	// pass no more, and passes more now only for the transcript window.
+	for i := max(0, len(in.Recent)-r.transcriptMessages); i < len(in.Recent); i++ {
 		count(&in.Recent[i])
 	}
 	for _, ev := range cands {
@@ -420,8 +436,10 @@ type rateResult struct {
 }
 
 // rate asks the model, once more after an unusable answer, all within the
-// timeout. It returns the ratings by candidate id (possibly incomplete).
-func (r *ModelRouter) rate(ctx context.Context, in Input, cands []*channel.Event, ids []string, criteria string, now time.Time) (map[string]Rating, rateResult) {
+// timeout. It returns the ratings by candidate index (possibly
+// incomplete), each with MessageID set to the candidate's message id.
+func (r *ModelRouter) rate(ctx context.Context, session string, in Input, cands []*channel.Event, criteria string, now time.Time) (map[int]Rating, rateResult) {
+	sc := r.scopeFor(ctx, session)
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	timer := r.clk.NewTimer(r.timeout)
@@ -434,12 +452,9 @@ func (r *ModelRouter) rate(ctx context.Context, in Input, cands []*channel.Event
 		}
 	}()
 
-	known := make(map[string]bool, len(ids))
-	for _, id := range ids {
-		known[id] = true
-	}
-	req := r.buildRequest(in, cands, ids, criteria, now)
-	got := make(map[string]Rating, len(ids))
+	ids := newCandidateIDs(sc, cands)
+	req := r.buildRequest(sc, session, in, cands, ids, criteria, now)
+	got := make(map[int]Rating, len(cands))
 	var res rateResult
 	for attempt := 1; ; attempt++ {
 		resp, err := r.model.Generate(ctx, req)
@@ -459,21 +474,26 @@ func (r *ModelRouter) rate(ctx context.Context, in Input, cands []*channel.Event
 		res.usage, res.model = res.usage.Add(resp.Usage), resp.Model
 		ratings, perr := ParseRatings(resp.Text)
 		for _, rt := range ratings {
-			if known[rt.MessageID] {
-				got[rt.MessageID] = rt
+			if i, ok := ids.index[rt.MessageID]; ok {
+				if _, dup := got[i]; !dup {
+					rt.MessageID = ids.record[i]
+					got[i] = rt
+				}
 			}
 		}
-		var missing []string
-		for _, id := range ids {
-			if _, ok := got[id]; !ok {
-				missing = append(missing, id)
+		var missing, missingModel []string
+		for i := range cands {
+			if _, ok := got[i]; !ok {
+				missing, missingModel = append(missing, ids.record[i]), append(missingModel, ids.model[i])
 			}
 		}
+		problem := "" // as the model is told, with its ids
 		switch {
 		case perr != nil:
-			res.problem = perr.Error()
+			res.problem, problem = perr.Error(), ids.toModel(sc, perr.Error())
 		case len(missing) > 0:
 			res.problem = "no rating for candidate " + strings.Join(missing, ", ")
+			problem = "no rating for candidate " + strings.Join(missingModel, ", ")
 		default:
 			res.problem = ""
 			return got, res
@@ -483,8 +503,8 @@ func (r *ModelRouter) rate(ctx context.Context, in Input, cands []*channel.Event
 			return got, res
 		}
 		req.Messages = append(req.Messages,
-			agent.Message{Role: agent.RoleAssistant, Content: clip(resp.Text, 2000)},
-			agent.Message{Role: agent.RoleUser, Content: reminder(res.problem, ids)})
+			agent.Message{Role: agent.RoleAssistant, Content: clip(ids.toModel(sc, resp.Text), 2000)},
+			agent.Message{Role: agent.RoleUser, Content: reminder(problem, ids.model)})
 	}
 }
 

@@ -106,7 +106,7 @@ func TestRouterOutcomes(t *testing.T) {
 			reply: true, directed: "no", chatIn: 0.97, chatPass: true, calls: 1, reason: "chat-in score 0.97 (threshold 0.95): why score"},
 		{name: "partial twice", steps: []agenttest.Step{
 			agenttest.Reply(`{"candidates":[]}`), agenttest.Reply(`{"candidates":[{"message_id":"c7","relevance":{"directed":"yes","reason":"r"},"chat_in":{"score":1,"reason":"r"}}]}`)},
-			code: string(route.IgnoredRouterFailed), calls: 2, reason: "router answer unusable twice: no rating for candidate c1"},
+			code: string(route.IgnoredRouterFailed), calls: 2, reason: "router answer unusable twice: no rating for candidate m9"},
 		{name: "partial then valid", steps: []agenttest.Step{agenttest.Reply(`{"candidates":[]}`), agenttest.Reply(rating("yes", 0))},
 			reply: true, directed: "yes", calls: 2},
 		{name: "unparsable then valid", steps: []agenttest.Step{agenttest.Reply("I think yes"), agenttest.Reply(rating("no", 0.3))},
@@ -251,7 +251,8 @@ func TestRouterRetryRemindsOfTheSchema(t *testing.T) {
 	t.Parallel()
 	model := agenttest.New(agenttest.Reply("not json at all"), agenttest.Reply(rating("yes", 0.1)))
 	f := newFixture(t, model, nil)
-	d, err := f.router.Route(t.Context(), input())
+	sc, ctx := testScope(t, session)
+	d, err := f.router.Route(ctx, input())
 	require.NoError(t, err)
 	require.True(t, d.Reply)
 	reqs := model.Requests()
@@ -265,7 +266,7 @@ func TestRouterRetryRemindsOfTheSchema(t *testing.T) {
 	require.Equal(t, agent.RoleUser, second[3].Role)
 	require.Contains(t, second[3].Content, "could not be used")
 	require.Contains(t, second[3].Content, route.OutputSchema)
-	require.Contains(t, second[3].Content, "c1")
+	require.Contains(t, second[3].Content, "Include every candidate exactly once: "+sc.Message("m9")+".")
 }
 
 func TestRouterTimeout(t *testing.T) {
@@ -447,7 +448,7 @@ func TestRouterPartialWithSeveralCandidates(t *testing.T) {
 	require.Equal(t, 2, d.Calls)
 	require.Len(t, d.Others, 1)
 	require.Equal(t, route.IgnoredRouterFailed, d.Others[0].Code)
-	require.Contains(t, d.Others[0].Reason, "no rating for candidate c2")
+	require.Contains(t, d.Others[0].Reason, "no rating for candidate m10", "the record names the real message id")
 }
 
 func TestRouterTarget(t *testing.T) {
@@ -464,12 +465,74 @@ func TestRouterTarget(t *testing.T) {
 	require.Equal(t, "chat-in score 0.96 (threshold 0.95)", d.Reason, "no model reason: the decision alone")
 }
 
+// testScope returns a session Scope with a fixed secret and a context
+// carrying it.
+func testScope(t *testing.T, session string) (*agent.Scope, context.Context) {
+	t.Helper()
+	sc, err := agent.NewScope(session, []byte("route-test-secret-0123456789abcd"), nil)
+	require.NoError(t, err)
+	return sc, agent.WithScope(t.Context(), sc)
+}
+
+// routerPayload is the data of a router request.
+type routerPayload struct {
+	Bot struct {
+		Speaker string   `json:"speaker"`
+		Names   []string `json:"names"`
+	} `json:"bot"`
+	Criteria   string `json:"criteria"`
+	Transcript []struct {
+		At      string `json:"at"`
+		Speaker string `json:"speaker"`
+		Name    string `json:"name"`
+		IsBot   bool   `json:"is_bot"`
+		ReplyTo string `json:"reply_to"`
+		Text    string `json:"text"`
+	} `json:"transcript"`
+	BotLast *struct {
+		At            string   `json:"at"`
+		Addressed     []string `json:"addressed"`
+		MessagesSince int      `json:"messages_since"`
+	} `json:"bot_last_message"`
+	Candidates []struct {
+		MessageID string   `json:"message_id"`
+		At        string   `json:"at"`
+		Speaker   string   `json:"speaker"`
+		Name      string   `json:"name"`
+		IsBot     bool     `json:"is_bot"`
+		Text      string   `json:"text"`
+		Mentions  []string `json:"mentions"`
+		QuotesBot bool     `json:"quotes_bot"`
+		AfterBot  bool     `json:"bot_last_addressed_speaker"`
+		Quote     struct {
+			Speaker string `json:"speaker"`
+			IsBot   bool   `json:"is_bot"`
+			Text    string `json:"text"`
+		} `json:"quote"`
+		MentionsMe bool `json:"mentions_bot"`
+	} `json:"candidates"`
+	Now string `json:"now"`
+}
+
+// parsePayload decodes the data of a router request (its user message,
+// after the intro line).
+func parsePayload(t *testing.T, req agent.Request) routerPayload {
+	t.Helper()
+	body := req.Messages[1].Content
+	var p routerPayload
+	dec := json.NewDecoder(strings.NewReader(body[strings.Index(body, "{"):]))
+	dec.DisallowUnknownFields()
+	require.NoError(t, dec.Decode(&p))
+	return p
+}
+
 func TestRouterRequest(t *testing.T) {
 	t.Parallel()
 	model := agenttest.New(agenttest.Reply(rating("yes", 0.5)))
 	f := newFixture(t, model, func(c *route.Config) {
 		c.Settings = func(*channel.Event) gate.Proactive { return gate.Proactive{Criteria: "Only food questions."} }
 	})
+	sc, ctx := testScope(t, session)
 	in := input()
 	long := strings.Repeat("ラーメン", 100)
 	in.Recent = nil
@@ -479,12 +542,14 @@ func TestRouterRequest(t *testing.T) {
 	bot := botMsg("b9", "try the place @ 5th street", 30*time.Second)
 	bot.Segments = append(bot.Segments, channel.Mention("10001"))
 	in.Recent = append(in.Recent, bot, msg("h99", "20000", "ok", 10*time.Second))
+	const inline = "data:image/png;base64,iVBORw0KGgo="
 	in.Event.Segments = []channel.Segment{
 		channel.Quote("b9"), channel.Mention("20001"), channel.Text(" is it open now?"),
-		channel.Image(channel.Media{URL: "https://img.example/1.jpg"}), channel.Image(channel.Media{URL: "file:///etc/passwd"}),
+		channel.Image(channel.Media{URL: "https://img.example/10001/1.jpg"}), channel.Image(channel.Media{URL: "file:///etc/passwd"}),
+		channel.Image(channel.Media{URL: inline}),
 	}
 	in.Event.Quoted = &channel.Quoted{MessageID: "b9", FromBot: true, Text: "try the place @ 5th street"}
-	_, err := f.router.Route(t.Context(), in)
+	_, err := f.router.Route(ctx, in)
 	require.NoError(t, err)
 
 	req := model.Last()
@@ -493,92 +558,65 @@ func TestRouterRequest(t *testing.T) {
 	require.Equal(t, agent.RoleSystem, req.Messages[0].Role)
 	require.Contains(t, req.Messages[0].Content, route.OutputSchema)
 	user := req.Messages[1]
-	require.Equal(t, []agent.Part{{ImageURL: "https://img.example/1.jpg", Detail: "low"}}, user.Parts, "only the current message's web images")
-	for _, id := range []string{"10001", "10002", "10003", "20000", "20001", "20002", botID, "m9", "h1", "b9"} {
+	require.Equal(t, []agent.Part{{ImageURL: inline, Detail: "low"}}, user.Parts, "only the current message's inline images")
+	for _, id := range []string{"10001", "10002", "10003", "20000", "20001", "20002", "img.example", "passwd"} {
+		require.NotContains(t, user.Content, id, "real ids and media URLs never reach the model")
+	}
+	for _, id := range []string{botID, "m9", "h1", "b9", "g1"} {
 		require.NotContains(t, user.Content, `"`+id+`"`, "real ids never reach the model")
 		require.NotContains(t, req.Messages[0].Content, id)
 	}
-	var p struct {
-		Bot struct {
-			Speaker     string   `json:"speaker"`
-			Aliases     []string `json:"aliases"`
-			LastMessage struct {
-				Text          string   `json:"text"`
-				AgeS          int      `json:"age_s"`
-				Addressed     []string `json:"addressed"`
-				MessagesSince int      `json:"messages_since"`
-			} `json:"last_message"`
-		} `json:"bot"`
-		Criteria   string `json:"criteria"`
-		Transcript []struct {
-			Speaker string `json:"speaker"`
-			Name    string `json:"name"`
-			IsBot   bool   `json:"is_bot"`
-			AgeS    int    `json:"age_s"`
-			Text    string `json:"text"`
-		} `json:"transcript"`
-		Candidates []struct {
-			MessageID  string   `json:"message_id"`
-			Speaker    string   `json:"speaker"`
-			Text       string   `json:"text"`
-			AgeS       int      `json:"age_s"`
-			Mentions   []string `json:"mentions"`
-			QuotesBot  bool     `json:"quotes_bot"`
-			AfterBot   bool     `json:"bot_last_addressed_speaker"`
-			Quote      struct{ Speaker, Text string }
-			MentionsMe bool `json:"mentions_bot"`
-		} `json:"candidates"`
-	}
-	body := user.Content[strings.Index(user.Content, "{"):]
-	require.NoError(t, json.Unmarshal([]byte(body), &p))
+	p := parsePayload(t, req)
 
-	require.Equal(t, "you", p.Bot.Speaker)
-	require.Equal(t, []string{"Mira"}, p.Bot.Aliases)
+	me := sc.User(botID)
+	require.Equal(t, me, p.Bot.Speaker)
+	require.Equal(t, []string{"Mira"}, p.Bot.Names)
 	require.Equal(t, "Only food questions.", p.Criteria)
-	require.Len(t, p.Transcript, 30, "the last 30 messages")
+	require.Len(t, p.Transcript, 30, "the last 30 messages (no earlier window)")
 	require.Contains(t, p.Transcript[0].Text, "line 12 ", "oldest first")
+	require.Equal(t, "2026-03-02 13:32:00", p.Transcript[0].At, "the first line is dated")
+	require.Equal(t, "13:33:00", p.Transcript[1].At, "a line on the same day is not")
 	require.Equal(t, "ok", p.Transcript[29].Text)
-	require.Equal(t, 10, p.Transcript[29].AgeS)
-	prev := 1 << 30
+	require.Equal(t, "13:59:50", p.Transcript[29].At)
 	for _, l := range p.Transcript {
 		require.LessOrEqual(t, len([]rune(l.Text)), 180)
-		require.Regexp(t, `^(u\d+|you)$`, l.Speaker)
-		require.LessOrEqual(t, l.AgeS, prev, "oldest → newest")
-		prev = l.AgeS
+		require.Regexp(t, `^u_[a-z2-7]{8}$`, l.Speaker)
 	}
 	require.True(t, strings.HasSuffix(p.Transcript[0].Text, "…"))
 	self := p.Transcript[28]
-	require.Equal(t, "you", self.Speaker)
+	require.Equal(t, me, self.Speaker)
 	require.True(t, self.IsBot)
 	require.Empty(t, self.Name)
-	require.Equal(t, "name-of-20000", p.Transcript[0].Name)
+	require.False(t, p.Transcript[0].IsBot)
+	require.Equal(t, "name-of-"+sc.User("20000"), p.Transcript[0].Name, "an id in a name is scrubbed")
+	require.Empty(t, p.Transcript[3].Name, "a name is given once per speaker")
 
-	// Stable aliases: the same sender has the same alias everywhere.
-	alias := map[string]string{}
+	// Stable aliases: the Scope's, for the same sender everywhere.
 	for i, l := range p.Transcript[:27] {
-		sender := fmt.Sprintf("2000%d", (i+12)%3)
-		if a, ok := alias[sender]; ok {
-			require.Equal(t, a, l.Speaker)
-		}
-		alias[sender] = l.Speaker
+		require.Equal(t, sc.User(fmt.Sprintf("2000%d", (i+12)%3)), l.Speaker)
 	}
-	require.Len(t, alias, 3)
 
-	require.Equal(t, "try the place @ 5th street @u4", p.Bot.LastMessage.Text)
-	require.Equal(t, 30, p.Bot.LastMessage.AgeS)
-	require.Equal(t, 1, p.Bot.LastMessage.MessagesSince)
+	require.Equal(t, "try the place @ 5th street @"+sc.User("10001"), self.Text)
+	require.NotNil(t, p.BotLast)
+	require.Equal(t, "13:59:30", p.BotLast.At)
+	require.Equal(t, 1, p.BotLast.MessagesSince)
+	require.Equal(t, []string{sc.User("10001")}, p.BotLast.Addressed)
 	require.Len(t, p.Candidates, 1)
 	c := p.Candidates[0]
-	require.Equal(t, "c1", c.MessageID)
-	require.Equal(t, "u4", c.Speaker)
-	require.Equal(t, []string{"u4"}, p.Bot.LastMessage.Addressed)
+	require.Equal(t, sc.Message("m9"), c.MessageID)
+	require.Equal(t, sc.User("10001"), c.Speaker)
+	require.Equal(t, "name-of-"+sc.User("10001"), c.Name)
 	require.True(t, c.AfterBot, "the bot's last message addressed this speaker")
-	require.Equal(t, 2, c.AgeS)
-	require.Equal(t, []string{alias["20001"]}, c.Mentions)
-	require.Equal(t, "@"+alias["20001"]+" is it open now? [image] [image]", c.Text)
+	require.Equal(t, "13:59:58", c.At)
+	require.Equal(t, []string{sc.User("20001")}, c.Mentions)
+	require.Equal(t, "@"+sc.User("20001")+" is it open now? [image] [image] [image]", c.Text)
 	require.True(t, c.QuotesBot)
 	require.False(t, c.MentionsMe)
-	require.Equal(t, "you", c.Quote.Speaker)
+	require.Equal(t, me, c.Quote.Speaker)
+	require.True(t, c.Quote.IsBot)
+	require.Equal(t, "try the place @ 5th street", c.Quote.Text)
+	require.Equal(t, "2026-03-02 14:00:00 UTC", p.Now)
+	require.True(t, strings.HasSuffix(user.Content, `"now":"2026-03-02 14:00:00 UTC"}`), "the time of the call comes last")
 }
 
 func TestRouterOneCallPerSession(t *testing.T) {

@@ -17,9 +17,12 @@ type Input struct {
 	SessionKey string
 	// Recent is the session's recent messages, oldest first, not including
 	// Event. The bot's own messages are KindSelf events (or carry the bot's
-	// id as sender). The default router shows the last 30 to the model and
-	// measures talk-too-much over the last 10 minutes of them, so the
-	// pipeline should pass at least that much.
+	// id as sender). The default router shows between 30 and 60 of them
+	// to the model (an epoch-anchored window, see [ModelRouter.RecentLimit])
+	// and measures talk-too-much over the last 10 minutes of the newest
+	// 30, so the pipeline should pass RecentLimit (60) messages: with
+	// fewer, the window slides with every message and consecutive requests
+	// share less of their bytes.
 	Recent []channel.Event
 	// Owner is set when the sender is an owner.
 	Owner bool
@@ -79,7 +82,7 @@ type RouterFunc func(ctx context.Context, in Input) (Decision, error)
 // Route calls f.
 func (f RouterFunc) Route(ctx context.Context, in Input) (Decision, error) { return f(ctx, in) }
 
-// Outcome codes decided by the router (SPEC §3.5).
+// Outcome codes decided by the router.
 const (
 	// IgnoredRouterFailed: the router failed (timeout, error, unparsable
 	// twice); the message is left unanswered.

@@ -159,6 +159,34 @@ func alias(ev *channel.Event, id Identity) (string, bool) {
 	return TriggerAlias, false
 }
 
+// MatchedAliases returns the bot's names (id.Aliases, as configured) that
+// the message calls the bot by, in the same way the alias trigger matches
+// them; the prompt tells the model which of its names were used.
+func MatchedAliases(ev *channel.Event, id Identity) []string {
+	mode := id.AliasMode
+	if mode == "" {
+		mode = AliasSmart
+	}
+	var out []string
+	var texts []string
+	for _, a := range id.Aliases {
+		w := strings.ToLower(a)
+		if w == "" {
+			continue
+		}
+		if texts == nil {
+			texts = ownTextRuns(ev)
+		}
+		for _, text := range texts {
+			if matchAlias(text, w, mode) {
+				out = append(out, a)
+				break
+			}
+		}
+	}
+	return out
+}
+
 // ownTextRuns returns the lower-cased text the sender wrote, one string per
 // run of adjacent text segments. A mention, image or other segment between
 // two texts separates them, so "look" [image] "Mira" is not "lookmira" and

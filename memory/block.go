@@ -12,70 +12,120 @@ import (
 	"github.com/personakit/persona/agent"
 )
 
-// BlockOptions tune RenderBlock.
+// BlockOptions tune RenderLines and RenderBlock.
 type BlockOptions struct {
-	// Alias renders a user id as the name the prompt uses for that person
-	// (nil: the sender name of snippets, "user" for fact subjects).
+	// Scope, when set, is the session's model-facing identity: people are
+	// rendered as "Name (u_…)" with its aliases (the name of a fact's
+	// subject is the display name the Scope last saw), and known ids typed
+	// in fact and message text become aliases. Nil: no aliases, and ids
+	// typed in text are left for the caller's own aliasing boundary.
+	Scope *agent.Scope
+	// Alias renders a user id as the alias the prompt uses for that person
+	// (e.g. the turn's agent.Aliaser User); it takes precedence over
+	// Scope's alias. A person with neither alias nor name is "someone".
 	Alias func(userID string) string
-	// Now is used for relative dates (zero: dates are absolute).
+	// Now turns dates into relative ones ("earlier today", "yesterday",
+	// "3 days ago", up to 59 days; zero: dates are absolute, "on
+	// 2026-03-01", UTC).
 	Now time.Time
 }
 
-// RenderBlock renders a recollection as the plain-text memory block of the
-// prompt. It belongs after the cache breakpoint (it changes every turn). It
-// returns "" for an empty recollection.
-func RenderBlock(rc Recollection, opts BlockOptions) string {
+// RenderLines renders a recollection as the lines of the prompt's memory
+// block, one complete item per line (a fact or an earlier message), with
+// no title and no bullet: the caller's block adds the one title and a
+// bullet per line (agent.ContextInput.Memory). Line breaks inside an item
+// become spaces. The lines belong after the cache breakpoint (they change
+// every turn). It returns nil for an empty recollection.
+//
+// Facts come first, core facts (always recalled for the speaker) tagged
+// "(core)": "(core) 阿杰 (u_…): lives in Hangzhou — \"我住在杭州\"". A
+// user fact names its subject; a chat or global fact is its content.
+// Earlier messages read "阿杰 (u_…) said on 2026-03-01: …", the bot's
+// own "you said …". A real user id is never printed as a person's name.
+func RenderLines(rc Recollection, opts BlockOptions) []string {
 	if len(rc.Facts) == 0 && len(rc.Snippets) == 0 {
-		return ""
+		return nil
 	}
-	alias := func(id, fallback string) string {
-		if opts.Alias != nil && id != "" {
-			if a := opts.Alias(id); a != "" {
-				return a
+	text := func(s string) string {
+		if opts.Scope != nil {
+			s = opts.Scope.Scrub(s)
+		}
+		return flatten(s)
+	}
+	person := func(id, name string) string {
+		alias := ""
+		if id != "" && opts.Alias != nil {
+			alias = opts.Alias(id)
+		}
+		if id != "" && opts.Scope != nil {
+			if alias == "" {
+				alias = opts.Scope.User(id)
+			}
+			if name == "" {
+				name = opts.Scope.DisplayName(id)
 			}
 		}
-		return cmp.Or(fallback, "user")
+		return personLabel(text(name), alias)
 	}
+	out := make([]string, 0, len(rc.Facts)+len(rc.Snippets))
 	var b strings.Builder
-	b.WriteString("[Memory: things remembered from earlier conversations; may be outdated]\n")
-	var core, other []RecalledFact
-	for _, f := range rc.Facts {
-		if f.Core {
-			core = append(core, f)
-		} else {
-			other = append(other, f)
+	for _, core := range [...]bool{true, false} {
+		for i := range rc.Facts {
+			f := &rc.Facts[i]
+			if f.Core != core {
+				continue
+			}
+			b.Reset()
+			if core {
+				b.WriteString("(core) ")
+			}
+			if f.SubjectUserID != "" && f.Scope != ScopeGlobal {
+				b.WriteString(person(f.SubjectUserID, ""))
+				b.WriteString(": ")
+			}
+			b.WriteString(text(f.Content))
+			if ev := text(f.Evidence); ev != "" {
+				fmt.Fprintf(&b, " — %q", ev)
+			}
+			out = append(out, b.String())
 		}
 	}
-	writeFacts := func(title string, fs []RecalledFact) {
-		if len(fs) == 0 {
-			return
+	for i := range rc.Snippets {
+		sn := &rc.Snippets[i]
+		who := "you"
+		if sn.Direction != Out {
+			who = person(sn.SenderID, sn.SenderName)
 		}
-		b.WriteString(title)
-		for _, f := range fs {
-			b.WriteString("- ")
-			if f.Scope == ScopeUser && f.SubjectUserID != "" {
-				fmt.Fprintf(&b, "(%s) ", alias(f.SubjectUserID, ""))
-			}
-			b.WriteString(strings.TrimSpace(f.Content))
-			if f.Evidence != "" {
-				fmt.Fprintf(&b, " — %q", f.Evidence)
-			}
-			b.WriteByte('\n')
-		}
+		out = append(out, who+" said "+when(sn.Time, opts.Now)+": "+text(sn.Text))
 	}
-	writeFacts("Key facts:\n", core)
-	writeFacts("Facts:\n", other)
-	if len(rc.Snippets) > 0 {
-		b.WriteString("Earlier messages:\n")
-		for _, s := range rc.Snippets {
-			who := alias(s.SenderID, s.SenderName)
-			if s.Direction == Out {
-				who = "you"
-			}
-			fmt.Fprintf(&b, "- [%s] %s: %s\n", s.Time.UTC().Format("2006-01-02"), who, s.Text)
-		}
+	return out
+}
+
+// when renders a message time for a memory line: "on 2026-03-01", or
+// relative to now when now is set.
+func when(t, now time.Time) string {
+	if now.IsZero() {
+		return "on " + t.UTC().Format(time.DateOnly)
 	}
-	return strings.TrimRight(b.String(), "\n")
+	y1, m1, d1 := t.UTC().Date()
+	y2, m2, d2 := now.UTC().Date()
+	days := int(time.Date(y2, m2, d2, 0, 0, 0, 0, time.UTC).Sub(time.Date(y1, m1, d1, 0, 0, 0, 0, time.UTC)).Hours() / 24)
+	switch {
+	case days <= 0:
+		return "earlier today"
+	case days == 1:
+		return "yesterday"
+	case days < 60:
+		return fmt.Sprintf("%d days ago", days)
+	}
+	return "on " + t.UTC().Format(time.DateOnly)
+}
+
+// RenderBlock is RenderLines joined by line breaks: the memory lines as
+// one text, still without title or bullets (split it on "\n" to get the
+// lines back). It returns "" for an empty recollection.
+func RenderBlock(rc Recollection, opts BlockOptions) string {
+	return strings.Join(RenderLines(rc, opts), "\n")
 }
 
 // SearchToolName is the name of the memory search tool.
@@ -94,8 +144,12 @@ var searchToolParams = json.RawMessage(`{"type":"object","properties":{` +
 
 // SearchTool returns the memory_search tool for one turn: it recalls facts
 // and history evidence for the model's query within the turn's scope (base:
-// session, speaker, participants; base.Text is replaced by the query). The
-// observation lists only the matching evidence snippets.
+// session, speaker, participants, the history window it excludes;
+// base.Text is replaced by the query, core facts are left out, and the
+// bot's own earlier messages are included). The observation is one "- "
+// line per item (RenderLines), people rendered through the Scope and the
+// Aliaser the call's context carries (agent.WithScope, agent.WithAliaser),
+// if any.
 func SearchTool(r *Recaller, base Query) agent.Tool {
 	return agent.ToolFunc{
 		ToolSpec: agent.ToolSpec{
@@ -116,7 +170,7 @@ func SearchTool(r *Recaller, base Query) agent.Tool {
 				return "", errors.New("memory_search: query is empty")
 			}
 			q := base
-			q.Text, q.NoCore = a.Query, true
+			q.Text, q.NoCore, q.OwnMessages = a.Query, true, true
 			q.MaxItems = min(max(cmp.Or(a.Limit, DefaultSearchLimit), 1), MaxSearchLimit)
 			rc, err := r.Recall(ctx, q)
 			if err != nil {
@@ -125,7 +179,12 @@ func SearchTool(r *Recaller, base Query) agent.Tool {
 			if len(rc.Facts) == 0 && len(rc.Snippets) == 0 {
 				return "No matching memories.", nil
 			}
-			return RenderBlock(rc, BlockOptions{}), nil
+			opts := BlockOptions{Scope: agent.ScopeFrom(ctx)}
+			if al := agent.AliaserFrom(ctx); al != nil {
+				opts.Alias = al.User
+			}
+			lines := RenderLines(rc, opts)
+			return "- " + strings.Join(lines, "\n- "), nil
 		},
 	}
 }

@@ -1,4 +1,4 @@
-// Package memory is what the bot remembers (SPEC §9): the chat history of
+// Package memory is what the bot remembers: the chat history of
 // every session (the bot's own messages included), summary checkpoints that
 // fold old history, long-term facts extracted from it, and recall that
 // picks the evidence for the prompt.
@@ -40,8 +40,32 @@
 //     and history snippets by MMR (λ 0.7) within a token budget (2,400).
 //     History snippets come from full-text search of this chat's history
 //     (recalled messages and hidden users excluded; the store searches a
-//     chat's newest 20,000 messages). Selected facts get
-//     last_verified_at touched in the background.
+//     chat's newest 20,000 messages). Recall never returns what the
+//     prompt's history window already holds: [Query.ExcludeHistory] sets
+//     Query.Before and Query.Exclude from the window, and a fact whose
+//     every source message is in the window is left out too. The bot's own
+//     replies are snippets only for the memory_search tool
+//     (Query.OwnMessages). Selected facts get last_verified_at touched in
+//     the background.
+//
+// # Privacy
+//
+// No model call of memory shows a real id. Extraction and summaries
+// render through the session's agent.Scope (ExtractConfig.Scopes,
+// SummaryConfig.Scopes): every person as "Name (u_…)", the bot as "the
+// bot (u_…)", and the ids of the chat, its people and its messages typed
+// in text as their aliases; the call carries the Scope (agent.WithScope), so an agent.Private model
+// scrubs and restores with the same aliases. The model names the subject
+// of a fact by its alias; it is mapped back to the real id (an already
+// restored id of a known participant is accepted too) and content,
+// evidence and summaries are stored with real ids, since recall renders
+// them for other sessions. Without a ScopeSource each component renders
+// through a Scope of its own with a random secret: still no ids, just not
+// the session's aliases.
+//
+// The memory block of the prompt is [RenderLines]: one complete item per
+// line (a fact, "(core)" for the speaker's core facts, or an earlier
+// message), without title or bullets, which the pipeline's block adds.
 //
 // Text search is SQLite FTS4 over Go-tokenized text ([Tokenize]): runs of
 // CJK characters become overlapping bigrams (one character stays a
@@ -60,8 +84,9 @@
 // What the pipeline calls:
 //
 //   - per turn: Summarizer.Checkpoint (before the cache breakpoint),
-//     Recaller.Recall and [RenderBlock] (the memory block, after the
-//     breakpoint), and [SearchTool] for the agent loop's memory_search tool;
+//     Recaller.Recall with the history window excluded and [RenderLines]
+//     (the memory block's lines, after the breakpoint), and [SearchTool]
+//     for the agent loop's memory_search tool;
 //   - after a reply (detached, never blocking it): Extractor.Enqueue for
 //     the user's message and Summarizer.Refresh for the session;
 //   - for the process lifetime: Extractor.Run.
@@ -77,7 +102,7 @@
 // write nothing. ApplyChanges/CompleteJob must keep one active fact per key
 // (supersede, or refresh on equal content). Every component takes a
 // clock.Clock (nil = real) and a *slog.Logger (nil = discard); config
-// zero values are the SPEC defaults.
+// zero values mean the defaults (the Default… constants).
 //
 // # Concurrency
 //

@@ -21,7 +21,7 @@ import (
 	"github.com/personakit/persona/clock"
 )
 
-// Extraction defaults (SPEC §9.3, §11).
+// Extraction defaults.
 const (
 	DefaultJobWorkers            = 2
 	DefaultJobLease              = 3 * time.Minute
@@ -66,6 +66,18 @@ type ExtractConfig struct {
 	EpisodeTTL time.Duration
 	// Owner names this process's leases ("" = "memory-" + random).
 	Owner string
+	// Scopes gives each session's agent.Scope, the model-facing identity
+	// the whole pipeline shares: the extraction prompt shows every person
+	// as "Name (u_…)" in the session's aliases, scrubs known ids typed in
+	// text, and the model call carries the Scope (agent.WithScope), so an
+	// agent.Private model needs no session lookup; aliases in the answer
+	// are mapped back to ids before anything is stored. Nil (memory used
+	// on its own), or a source that gives no Scope, renders through the
+	// Extractor's own Scope with a random secret: the model still sees no
+	// id, only aliases that mean nothing outside this process, but they
+	// are not the session's (with an agent.Private model, set Scopes so
+	// that memory's calls use the session's aliases like every other call).
+	Scopes agent.ScopeSource
 	// Clock (nil = clock.Real) and Logger (nil = discard).
 	Clock  clock.Clock
 	Logger *slog.Logger
@@ -104,7 +116,7 @@ type ExtractStore interface {
 }
 
 // Extractor learns long-term facts from user messages asynchronously and
-// durably (SPEC §9.3): Enqueue records a job in the store after a reply;
+// durably: Enqueue records a job in the store after a reply;
 // Run's workers claim jobs with leases, ask the model (purpose memory) and
 // apply its candidates together with the job's completion. Nothing here
 // blocks a reply.
@@ -113,6 +125,7 @@ type Extractor struct {
 	model agent.Model
 	cfg   ExtractConfig
 	wake  chan struct{}
+	own   *agent.Scope // when cfg.Scopes is nil or gives none
 }
 
 // NewExtractor returns an Extractor.
@@ -124,7 +137,11 @@ func NewExtractor(store ExtractStore, model agent.Model, cfg ExtractConfig) (*Ex
 	if cfg.Timeout >= cfg.Lease {
 		return nil, fmt.Errorf("memory: extraction timeout %v must be shorter than the lease %v", cfg.Timeout, cfg.Lease)
 	}
-	return &Extractor{store: store, model: model, cfg: cfg, wake: make(chan struct{}, 1)}, nil
+	own, err := ownScope()
+	if err != nil {
+		return nil, err
+	}
+	return &Extractor{store: store, model: model, cfg: cfg, wake: make(chan struct{}, 1), own: own}, nil
 }
 
 var urlRE = regexp.MustCompile(`(?i)\b(?:https?|ftp)://\S+|\bwww\.\S+`)
@@ -255,25 +272,48 @@ func (x *Extractor) process(ctx context.Context, l JobLease) error {
 
 // candidateJSON is one candidate in the model's answer.
 type candidateJSON struct {
-	Op            string  `json:"op"`
-	Scope         string  `json:"scope"`
-	SubjectUserID string  `json:"subject_user_id"`
-	Key           string  `json:"key"`
-	Kind          string  `json:"kind"`
-	Content       string  `json:"content"`
-	Evidence      string  `json:"evidence"`
-	SourceType    string  `json:"source_type"`
-	Confidence    float64 `json:"confidence"`
-	Importance    float64 `json:"importance"`
-	Sensitive     bool    `json:"sensitive"`
+	Op    string `json:"op"`
+	Scope string `json:"scope"`
+	// Subject is the alias the prompt showed for the person the memory is
+	// about; SubjectUserID is the field's former name, still accepted.
+	Subject       looseString `json:"subject"`
+	SubjectUserID looseString `json:"subject_user_id"`
+	Key           string      `json:"key"`
+	Kind          string      `json:"kind"`
+	Content       string      `json:"content"`
+	Evidence      string      `json:"evidence"`
+	SourceType    string      `json:"source_type"`
+	Confidence    float64     `json:"confidence"`
+	Importance    float64     `json:"importance"`
+	Sensitive     bool        `json:"sensitive"`
+}
+
+// looseString decodes a JSON string, or a number as its text.
+type looseString string
+
+// UnmarshalJSON implements json.Unmarshaler.
+func (l *looseString) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err == nil {
+		*l = looseString(s)
+		return nil
+	}
+	var n json.Number
+	if err := json.Unmarshal(b, &n); err != nil {
+		return err
+	}
+	*l = looseString(n)
+	return nil
 }
 
 const extractSystem = `You maintain the long-term memory of a chat bot. From the NEW MESSAGE (with its context) extract at most 5 durable memories: stable facts, preferences, relationships, notable episodes or standing instructions. Ignore small talk and anything only true for the moment.
-Answer with one JSON object: {"candidates":[{"op":"upsert"|"forget","scope":"user"|"group"|"private"|"global","subject_user_id":"<user id the memory is about>","key":"<short stable snake_case key, e.g. home_city>","kind":"fact"|"preference"|"relation"|"episode"|"instruction","content":"<one sentence>","evidence":"<quote from the message, at most 60 characters>","source_type":"explicit"|"inferred","confidence":0..1,"importance":0..1,"sensitive":true|false}]}
-Reuse the key of an EXISTING fact when the message updates or contradicts it; use "forget" when the user retracts it. Mark health, finances, precise locations, credentials and similar as sensitive. Answer {"candidates":[]} when there is nothing worth remembering.`
+People are shown as Name (u_…): u_… is the person's alias. Refer to people by name or alias only.
+Answer with one JSON object: {"candidates":[{"op":"upsert"|"forget","scope":"user"|"group"|"private"|"global","subject":"<alias (u_…) of the person the memory is about, as shown>","key":"<short stable snake_case key, e.g. home_city>","kind":"fact"|"preference"|"relation"|"episode"|"instruction","content":"<one sentence>","evidence":"<quote from the message, at most 60 characters>","source_type":"explicit"|"inferred","confidence":0..1,"importance":0..1,"sensitive":true|false}]}
+Scope user is about one person (subject), group or private about this chat, global about the bot itself. Reuse the scope, subject and key of an EXISTING fact when the message updates or contradicts it; use "forget" when the user retracts it. Mark health, finances, precise locations, credentials and similar as sensitive. Answer {"candidates":[]} when there is nothing worth remembering.`
 
 // extract builds the prompt, calls the model and turns its answer into
-// changes.
+// changes. The prompt is rendered through the session's Scope and the
+// call carries it; the answer's aliases are mapped back in parse.
 func (x *Extractor) extract(ctx context.Context, l JobLease) ([]Change, error) {
 	msg, err := x.store.Message(ctx, l.Job.MessageKey)
 	if errors.Is(err, ErrNotFound) {
@@ -289,31 +329,50 @@ func (x *Extractor) extract(ctx context.Context, l JobLease) ([]Change, error) {
 	if err != nil {
 		return nil, err
 	}
-	existing, err := x.relatedFacts(ctx, &msg)
+	existing, err := x.relatedFacts(ctx, &msg, before)
 	if err != nil {
 		return nil, err
 	}
+	sc, err := sessionScope(ctx, x.cfg.Scopes, x.own, msg.SessionKey)
+	if err != nil {
+		return nil, err
+	}
+	// Register every id the prompt shows before any text is scrubbed.
+	r := newRenderer(sc, msg.SessionKey)
+	for i := range before {
+		r.message(&before[i])
+	}
+	r.message(&msg)
+	for i := range existing {
+		r.user(existing[i].SubjectUserID)
+	}
+
 	var b strings.Builder
 	b.WriteString("EXISTING FACTS:\n")
 	if len(existing) == 0 {
 		b.WriteString("(none)\n")
 	}
-	for _, f := range existing {
-		fmt.Fprintf(&b, "- [%s/%s/%s] %s\n", f.Scope, f.SubjectUserID, f.Key, f.Content)
+	for i := range existing {
+		f := &existing[i]
+		fmt.Fprintf(&b, "- [scope %s, ", f.Scope)
+		if f.SubjectUserID != "" {
+			fmt.Fprintf(&b, "subject %s, ", r.person(f.SubjectUserID, "", false))
+		}
+		fmt.Fprintf(&b, "key %s] %s\n", f.Key, flatten(r.text(f.Content)))
 	}
 	b.WriteString("\nCONTEXT:\n")
-	for _, m := range before {
-		writeLine(&b, &m)
+	for i := range before {
+		r.writeLine(&b, &before[i])
 	}
 	b.WriteString("\nNEW MESSAGE:\n")
-	writeLine(&b, &msg)
+	r.writeLine(&b, &msg)
 	chat := "group"
 	if p, err := channel.ParseSessionKey(msg.SessionKey); err == nil {
 		chat = string(p.Chat.Kind)
 	}
 	fmt.Fprintf(&b, "\nThis is a %s chat.", chat)
 
-	cctx, cancel := context.WithTimeout(ctx, x.cfg.Timeout)
+	cctx, cancel := context.WithTimeout(agent.WithScope(ctx, sc), x.cfg.Timeout)
 	defer cancel()
 	resp, err := x.model.Generate(cctx, agent.Request{
 		Purpose: agent.PurposeMemory,
@@ -326,22 +385,28 @@ func (x *Extractor) extract(ctx context.Context, l JobLease) ([]Change, error) {
 	if err != nil {
 		return nil, err
 	}
-	return x.parse(resp.Text, &msg, chat)
+	return x.parse(resp.Text, &msg, chat, r)
 }
 
-func writeLine(b *strings.Builder, m *Message) {
-	who := cmp.Or(m.SenderName, m.SenderID)
-	if m.Direction == Out {
-		who = "(bot)"
-	}
-	fmt.Fprintf(b, "[%s] %s (id %s): %s\n", m.Time.UTC().Format("2006-01-02 15:04"), who, m.SenderID, m.Text)
+// writeLine writes one history message of a memory prompt:
+// "[time] Name (u_…): text".
+func (r *renderer) writeLine(b *strings.Builder, m *Message) {
+	fmt.Fprintf(b, "[%s] %s: %s\n", m.Time.UTC().Format("2006-01-02 15:04"), r.person(m.SenderID, m.SenderName, m.Direction == Out),
+		flatten(r.text(m.Text)))
 }
 
 // relatedFacts returns the existing facts shown to the model: those of the
-// chat and about the sender, matching ones first.
-func (x *Extractor) relatedFacts(ctx context.Context, msg *Message) ([]Fact, error) {
+// chat and about the people in the context (the sender first), matching
+// ones first.
+func (x *Extractor) relatedFacts(ctx context.Context, msg *Message, recent []Message) ([]Fact, error) {
+	people := []string{msg.SenderID}
+	for i := range recent {
+		if m := &recent[i]; m.Direction != Out && m.SenderID != "" && !slices.Contains(people, m.SenderID) {
+			people = append(people, m.SenderID)
+		}
+	}
 	facts, err := x.store.CandidateFacts(ctx, FactFilter{SessionKey: msg.SessionKey, Platform: msg.Platform,
-		Participants: []string{msg.SenderID}, Now: x.cfg.Clock.Now()})
+		Participants: people, Now: x.cfg.Clock.Now()})
 	if err != nil {
 		return nil, err
 	}
@@ -367,8 +432,10 @@ func (x *Extractor) relatedFacts(ctx context.Context, msg *Message) ([]Fact, err
 // ErrBadAnswer wraps an unparsable extraction answer; the job is retried.
 var ErrBadAnswer = errors.New("memory: unparsable extraction answer")
 
-// parse decodes the answer and applies the extraction rules.
-func (x *Extractor) parse(text string, msg *Message, chat string) ([]Change, error) {
+// parse decodes the answer and applies the extraction rules. Aliases in
+// the answer are mapped back through r (see resolveSubject); content and
+// evidence are stored with real ids.
+func (x *Extractor) parse(text string, msg *Message, chat string, r *renderer) ([]Change, error) {
 	text = strings.TrimSpace(text)
 	text = strings.TrimPrefix(strings.TrimSuffix(text, "```"), "```json")
 	if i, j := strings.IndexByte(text, '{'), strings.LastIndexByte(text, '}'); i >= 0 && j > i {
@@ -387,8 +454,8 @@ func (x *Extractor) parse(text string, msg *Message, chat string) ([]Change, err
 			break
 		}
 		f := Fact{
-			Scope: Scope(c.Scope), SubjectUserID: c.SubjectUserID, Key: normKey(c.Key), Kind: Kind(c.Kind),
-			Content: strings.TrimSpace(c.Content), Evidence: c.Evidence, SourceType: SourceType(c.SourceType),
+			Scope: Scope(c.Scope), Key: normKey(c.Key), Kind: Kind(c.Kind),
+			Content: strings.TrimSpace(r.restore(c.Content)), Evidence: r.restore(c.Evidence), SourceType: SourceType(c.SourceType),
 			Confidence: clamp01(c.Confidence), Importance: clamp01(c.Importance), Sensitive: c.Sensitive,
 			SourceMessageIDs: []string{msg.Key}, SessionKey: msg.SessionKey, ChatKind: chat,
 			Platform: msg.Platform, EventTime: msg.Time,
@@ -402,9 +469,11 @@ func (x *Extractor) parse(text string, msg *Message, chat string) ([]Change, err
 		if f.Scope == ScopePrivate && chat == "group" {
 			f.Scope = ScopeGroup
 		}
-		if f.Scope == ScopeUser && f.SubjectUserID == "" {
-			f.SubjectUserID = msg.SenderID
+		subject, ok := r.resolveSubject(f.Scope, string(cmp.Or(c.Subject, c.SubjectUserID)), msg.SenderID)
+		if !ok {
+			continue
 		}
+		f.SubjectUserID = subject
 		if f.Kind == "" {
 			f.Kind = KindFact
 		}
@@ -433,6 +502,32 @@ func (x *Extractor) parse(text string, msg *Message, chat string) ([]Change, err
 		out = append(out, Change{Fact: f})
 	}
 	return out, nil
+}
+
+// resolveSubject maps the subject the model gave to the user id stored
+// with the fact. For a user fact: no subject means the sender (as the
+// prompt asks for the person a memory is about, an omission is the
+// speaker); a subject that r.subject maps to a user is that user; anything
+// else (an alias of no user, a made-up id, an unknown name) and the bot
+// itself (the bot's own memories are global) drop the candidate, since a
+// fact stored under the wrong person is worse than one not learned. For
+// group and private facts an unresolvable subject or the bot becomes no
+// subject; global facts have none.
+func (r *renderer) resolveSubject(scope Scope, subject, sender string) (string, bool) {
+	if scope == ScopeGlobal {
+		return "", true
+	}
+	if strings.TrimSpace(subject) == "" {
+		if scope == ScopeUser {
+			return sender, sender != ""
+		}
+		return "", true
+	}
+	id, ok := r.subject(subject)
+	if ok && id != "" && (r.bot == "" || id != r.bot) {
+		return id, true
+	}
+	return "", scope != ScopeUser
 }
 
 func normKey(k string) string {

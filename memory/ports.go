@@ -8,8 +8,8 @@ import (
 // FactStore holds the long-term facts.
 type FactStore interface {
 	// CandidateFacts returns the active, unexpired facts passing the
-	// structured filter f (SPEC §9.4 step 1), most important first, at most
-	// f.Limit.
+	// structured filter f (recall's first step), most important first, at
+	// most f.Limit.
 	CandidateFacts(ctx context.Context, f FactFilter) ([]Fact, error)
 	// MatchFacts scores the facts with the given ids against the query
 	// tokens by full-text relevance; facts that match no token are left
@@ -40,7 +40,7 @@ type HistorySearch interface {
 	MessagesBefore(ctx context.Context, sessionKey string, before Watermark, limit int) ([]Message, error)
 }
 
-// JobStore is the durable extraction queue (SPEC §9.3), with the same
+// JobStore is the durable extraction queue, with the same
 // lease and claim design as the inbound queue.
 type JobStore interface {
 	// EnqueueJob adds a pending job; a second job for the same message is

@@ -18,7 +18,7 @@ import (
 	"github.com/personakit/persona/clock"
 )
 
-// Recall defaults (SPEC §11).
+// Recall defaults.
 const (
 	DefaultCandidates      = 200
 	DefaultMaxItems        = 24
@@ -35,8 +35,8 @@ const (
 	DefaultTouchTimeout    = 5 * time.Second
 )
 
-// RecallConfig configures a Recaller. The zero value means the SPEC
-// defaults; CrossGroup and CrossChannel are off by default.
+// RecallConfig configures a Recaller. The zero value means the defaults
+// (in parentheses below); CrossGroup and CrossChannel are off by default.
 type RecallConfig struct {
 	// Candidates bounds the facts passing the structured filter (200).
 	Candidates int
@@ -105,13 +105,39 @@ type Query struct {
 	// Text is what to find memories for: the current message and the
 	// recent turn.
 	Text string
-	// Before excludes history at or after this time, typically the oldest
-	// message already in the prompt's recent history (zero: no bound).
+	// Before excludes history at or after this time: the time of the
+	// oldest message the prompt's history shows (zero: no bound).
 	Before time.Time
+	// Exclude are history keys (Entry.Key) never returned: the messages
+	// the prompt's history shows and the current one. Unlike Before it
+	// holds when times tie or a message in the window is older than its
+	// neighbours. A fact whose every source message is excluded is left
+	// out too: the window already says it. See ExcludeHistory.
+	Exclude []string
+	// OwnMessages admits the bot's own earlier messages as snippets. Off
+	// for the turn's recall: the bot's replies restate the topic, so they
+	// match the query best and crowd out what people said, and what the
+	// bot learned from a conversation is kept as facts. The memory_search
+	// tool sets it (a user may ask what the bot said before).
+	OwnMessages bool
 	// MaxItems overrides RecallConfig.MaxItems for this call (0 = config).
 	MaxItems int
 	// NoCore leaves the core facts out (the memory_search tool).
 	NoCore bool
+}
+
+// ExcludeHistory keeps the prompt's history window out of the recall:
+// every entry's key joins Exclude, and Before moves back to the oldest
+// entry's time (unless it is already earlier). Pass the entries the
+// prompt's history shows, and the current message.
+func (q *Query) ExcludeHistory(window []Entry) {
+	for i := range window {
+		e := &window[i]
+		q.Exclude = append(q.Exclude, cmp.Or(e.Key, e.Event.Key()))
+		if t := e.Event.Time; !t.IsZero() && (q.Before.IsZero() || t.Before(q.Before)) {
+			q.Before = t
+		}
+	}
 }
 
 // RecalledFact is a selected fact with its final score.
@@ -136,7 +162,7 @@ type Recollection struct {
 	Tokens int
 }
 
-// Recaller ranks long-term facts and history for a turn (SPEC §9.4):
+// Recaller ranks long-term facts and history for a turn, in four steps:
 // structured filter, BM25 relevance, time decay, MMR.
 type Recaller struct {
 	facts   FactStore
@@ -215,6 +241,14 @@ func (r *Recaller) Recall(ctx context.Context, q Query) (Recollection, error) {
 		maxRel = max(maxRel, v)
 	}
 
+	var excluded map[string]bool
+	if len(q.Exclude) > 0 {
+		excluded = make(map[string]bool, len(q.Exclude))
+		for _, k := range q.Exclude {
+			excluded[k] = true
+		}
+	}
+
 	var out Recollection
 	var pool []candidate
 	coreBudget, budget := cfg.CoreTokenBudget, cfg.TokenBudget
@@ -222,6 +256,9 @@ func (r *Recaller) Recall(ctx context.Context, q Query) (Recollection, error) {
 	// important first.
 	for i := range facts {
 		f := &facts[i]
+		if inWindow(f.SourceMessageIDs, excluded) {
+			continue
+		}
 		relNorm := norm(rel[f.ID], maxRel)
 		score := 0.55*relNorm + 0.2*f.Importance + 0.1*f.Confidence + 0.15*r.recency(now, f.UpdatedAt) - r.episodePenalty(now, f)
 		isCore := !q.NoCore && q.UserID != "" && f.SubjectUserID == q.UserID && f.Core(cfg.CoreConfidence, cfg.CoreImportance)
@@ -246,11 +283,18 @@ func (r *Recaller) Recall(ctx context.Context, q Query) (Recollection, error) {
 	}
 
 	if !cfg.NoHistory && len(tokens) > 0 {
-		hits, err := r.history.SearchHistory(ctx, HistoryQuery{
-			Sessions: []string{q.SessionKey}, Tokens: tokens, Before: q.Before, Limit: cfg.HistoryHits,
+		// The excluded messages can take up to len(Exclude) of the hits.
+		found, err := r.history.SearchHistory(ctx, HistoryQuery{
+			Sessions: []string{q.SessionKey}, Tokens: tokens, Before: q.Before, Limit: cfg.HistoryHits + len(excluded),
 		})
 		if err != nil {
 			return Recollection{}, err
+		}
+		hits := found[:0]
+		for _, h := range found {
+			if !excluded[h.Key] && (q.OwnMessages || h.Direction != Out) && len(hits) < cfg.HistoryHits {
+				hits = append(hits, h)
+			}
 		}
 		maxH := 0.0
 		for _, h := range hits {
@@ -275,6 +319,20 @@ func (r *Recaller) Recall(ctx context.Context, q Query) (Recollection, error) {
 	out.Tokens = blockTokens(out)
 	r.touch(out.Facts, now)
 	return out, nil
+}
+
+// inWindow reports whether every source of a fact is excluded (false for
+// a fact without sources).
+func inWindow(sources []string, excluded map[string]bool) bool {
+	if len(excluded) == 0 || len(sources) == 0 {
+		return false
+	}
+	for _, k := range sources {
+		if !excluded[k] {
+			return false
+		}
+	}
+	return true
 }
 
 // blockTokens is the estimated size of the selection.
@@ -426,7 +484,7 @@ func snippet(text string, tokens []string, n int) string {
 }
 
 // EstimateTokens estimates the tokens of s when the provider gives no
-// counts (SPEC §11): ASCII 3 characters per token, other characters (CJK)
+// counts: ASCII 3 characters per token, other characters (CJK)
 // 2 tokens each.
 func EstimateTokens(s string) int {
 	ascii, other := 0, 0

@@ -3,6 +3,7 @@ package memory_test
 import (
 	"context"
 	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 
@@ -86,7 +87,7 @@ func TestRecallFactsRankingAndCore(t *testing.T) {
 	}
 
 	block := memory.RenderBlock(rc, memory.BlockOptions{Alias: func(id string) string { return map[string]string{"u1": "小明", "u2": "Alice"}[id] }})
-	require.Contains(t, block, "Key facts:\n- (小明) 住在杭州西湖边")
+	require.True(t, strings.HasPrefix(block, "(core) 小明: 住在杭州西湖边\n"), block)
 	require.NotContains(t, block, "u1")
 }
 
@@ -176,7 +177,7 @@ func TestSearchTool(t *testing.T) {
 	require.True(t, json.Valid(spec.Parameters))
 	out, err := tool.Call(context.Background(), json.RawMessage(`{"query":"北京"}`))
 	require.NoError(t, err)
-	require.Contains(t, out, "小明: 我下周要去北京出差")
+	require.Contains(t, out, "- 小明 said on 2026-03-01: 我下周要去北京出差")
 	require.NotContains(t, out, "住在杭州", "core facts are not repeated by the tool")
 	out, err = tool.Call(t.Context(), json.RawMessage(`{"query":"火星","limit":3}`))
 	require.NoError(t, err)

@@ -17,7 +17,7 @@ import (
 	"github.com/personakit/persona/clock"
 )
 
-// Summary defaults (SPEC §9.1, §11).
+// Summary defaults.
 const (
 	DefaultEpoch          = 50
 	DefaultKeepRecent     = 50
@@ -49,6 +49,14 @@ type SummaryConfig struct {
 	MaxChars int
 	// MessageRunes bounds one message in the summary prompt (400).
 	MessageRunes int
+	// Scopes gives each session's agent.Scope: the summary prompt shows
+	// every person as "Name (u_…)" in the session's aliases, scrubs known
+	// ids typed in text (the previous summary included), and the model
+	// call carries the Scope (agent.WithScope). The answer's aliases are
+	// turned back into ids before the summary is saved. Nil renders
+	// through the Summarizer's own Scope with a random secret (see
+	// ExtractConfig.Scopes).
+	Scopes agent.ScopeSource
 	// Clock (nil = clock.Real) and Logger (nil = discard).
 	Clock  clock.Clock
 	Logger *slog.Logger
@@ -68,12 +76,13 @@ func (c *SummaryConfig) defaults() {
 	}
 }
 
-// Summarizer maintains the summary checkpoints of sessions (SPEC §9.1
-// layer 2, §9.2).
+// Summarizer maintains the summary checkpoints of sessions (layer 2 in
+// the package doc).
 type Summarizer struct {
 	store SummaryStore
 	model agent.Model
 	cfg   SummaryConfig
+	own   *agent.Scope // when cfg.Scopes is nil or gives none
 }
 
 // NewSummarizer returns a Summarizer.
@@ -82,7 +91,11 @@ func NewSummarizer(store SummaryStore, model agent.Model, cfg SummaryConfig) (*S
 		return nil, errors.New("memory: NewSummarizer needs a store and a model")
 	}
 	cfg.defaults()
-	return &Summarizer{store: store, model: model, cfg: cfg}, nil
+	own, err := ownScope()
+	if err != nil {
+		return nil, err
+	}
+	return &Summarizer{store: store, model: model, cfg: cfg, own: own}, nil
 }
 
 // Checkpoint returns the current checkpoint of the session, the one that
@@ -120,7 +133,7 @@ func (s *Summarizer) Refresh(ctx context.Context, sessionKey string) (Summary, b
 			return cur, false, err
 		}
 		if h := s.hash(base, window); h != cur.InputHash || cur.Version != s.cfg.Version {
-			text, err := s.summarise(ctx, base, window)
+			text, err := s.summarise(ctx, sessionKey, base, window)
 			if err != nil {
 				return cur, false, err
 			}
@@ -148,7 +161,7 @@ func (s *Summarizer) Refresh(ctx context.Context, sessionKey string) (Summary, b
 		return cur, changed, nil
 	}
 	base := cur.Text
-	text, err := s.summarise(ctx, base, window)
+	text, err := s.summarise(ctx, sessionKey, base, window)
 	if err != nil {
 		return cur, changed, err
 	}
@@ -212,25 +225,32 @@ func (s *Summarizer) hash(base string, window []Message) string {
 	return hex.EncodeToString(h.Sum(nil))
 }
 
-const summarySystem = `You keep the running summary of a chat. Merge the PREVIOUS SUMMARY with the NEW MESSAGES into one summary with three short sections: Topics, Conclusions, Open items. Keep names as written, keep facts people stated, drop small talk. Write in the language of the chat. At most %d characters. Answer with the summary only.`
+const summarySystem = `You keep the running summary of a chat. Merge the PREVIOUS SUMMARY with the NEW MESSAGES into one summary with three short sections: Topics, Conclusions, Open items. People are shown as Name (u_…), u_… being their alias: refer to them the same way. Keep facts people stated, drop small talk. Write in the language of the chat. At most %d characters. Answer with the summary only.`
 
-// summarise asks the model for the new summary text.
-func (s *Summarizer) summarise(ctx context.Context, base string, window []Message) (string, error) {
+// summarise asks the model for the new summary text. The prompt is
+// rendered through the session's Scope and the answer restored to ids.
+func (s *Summarizer) summarise(ctx context.Context, sessionKey, base string, window []Message) (string, error) {
+	sc, err := sessionScope(ctx, s.cfg.Scopes, s.own, sessionKey)
+	if err != nil {
+		return "", err
+	}
+	r := newRenderer(sc, sessionKey)
+	for i := range window {
+		r.message(&window[i]) // a recalled message's id may be typed in another
+	}
 	var b strings.Builder
 	b.WriteString("PREVIOUS SUMMARY:\n")
-	b.WriteString(cmp.Or(base, "(none)"))
+	b.WriteString(cmp.Or(r.text(base), "(none)"))
 	b.WriteString("\n\nNEW MESSAGES:\n")
-	for _, m := range window {
+	for i := range window {
+		m := &window[i]
 		if m.Recalled {
 			continue
 		}
-		who := cmp.Or(m.SenderName, m.SenderID)
-		if m.Direction == Out {
-			who = "(bot)"
-		}
-		fmt.Fprintf(&b, "[%s] %s: %s\n", m.Time.UTC().Format("01-02 15:04"), who, cutRunes(m.Text, s.cfg.MessageRunes))
+		fmt.Fprintf(&b, "[%s] %s: %s\n", m.Time.UTC().Format("01-02 15:04"), r.person(m.SenderID, m.SenderName, m.Direction == Out),
+			cutRunes(flatten(r.text(m.Text)), s.cfg.MessageRunes))
 	}
-	cctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
+	cctx, cancel := context.WithTimeout(agent.WithScope(ctx, sc), s.cfg.Timeout)
 	defer cancel()
 	resp, err := s.model.Generate(cctx, agent.Request{
 		Purpose: agent.PurposeSummary,
@@ -242,7 +262,7 @@ func (s *Summarizer) summarise(ctx context.Context, base string, window []Messag
 	if err != nil {
 		return "", fmt.Errorf("memory: summary: %w", err)
 	}
-	text := strings.TrimSpace(resp.Text)
+	text := strings.TrimSpace(r.restore(resp.Text))
 	if text == "" {
 		return "", errors.New("memory: summary: empty answer")
 	}

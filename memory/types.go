@@ -9,7 +9,7 @@ import (
 // Scope says whose a long-term fact is and where it may be recalled.
 type Scope string
 
-// The fact scopes (SPEC §9.1).
+// The fact scopes.
 const (
 	// ScopeUser facts are about one user (SubjectUserID) and follow that
 	// user into other chats of the same channel (see RecallConfig).
@@ -70,7 +70,8 @@ const (
 // MaxEvidenceRunes bounds Fact.Evidence.
 const MaxEvidenceRunes = 60
 
-// Fact is one long-term memory item (SPEC §9.1 layer 3). At most one row per
+// Fact is one long-term memory item (layer 3 in the package doc). At most
+// one row per
 // (Scope, scope owner, SubjectUserID, Key) is active: the scope owner is the
 // session for group and private facts, the platform for user facts and
 // nothing for global facts. Writing a different content for the same key
@@ -140,7 +141,7 @@ type Message struct {
 	Recalled   bool
 }
 
-// FactFilter is the structured filter of recall (SPEC §9.4 step 1).
+// FactFilter is the structured filter, the first step of recall.
 type FactFilter struct {
 	// SessionKey is the current chat.
 	SessionKey string
@@ -222,7 +223,8 @@ func (w Watermark) Precedes(e *Entry) bool {
 	return t.After(w.Time) || (t.Equal(w.Time) && cmp.Or(e.Key, e.Event.Key()) > w.Key)
 }
 
-// Summary is one summary checkpoint of a session (SPEC §9.1 layer 2). Epoch
+// Summary is one summary checkpoint of a session (layer 2 in the package
+// doc). Epoch
 // n folds the messages in (From, Watermark] on top of epoch n−1's text.
 type Summary struct {
 	SessionKey string

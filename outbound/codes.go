@@ -2,7 +2,7 @@ package outbound
 
 import "github.com/personakit/persona/outcome"
 
-// Outcome codes decided by the model-backed review (SPEC §6).
+// Outcome codes decided by the model-backed review.
 const (
 	// IgnoredDuplicateReply: semantic dedup found that an unprompted reply
 	// repeats one the bot sent in the last 2 minutes.
@@ -23,7 +23,7 @@ const (
 	RepliedSafetyNotice outcome.Code = "replied_safety_notice"
 )
 
-// Outcome codes decided by the send stage (SPEC §7).
+// Outcome codes decided by the send stage.
 const (
 	// DroppedForwardUnsafe: the merged-forward text was stopped by its
 	// account-safety check; nothing was sent.
@@ -38,7 +38,7 @@ const (
 )
 
 // stopRequested is the code "ignored_stop_requested". Package gate owns and
-// declares it (a group stop window, SPEC §3.2 G11); the review returns the
+// declares it (its gate G11, the group stop window); the review returns the
 // same code for a private stop verdict and for an unprompted reply inside a
 // stop window. It is spelled here as a plain string so that the code has a
 // single declaring package.

@@ -396,7 +396,7 @@ func TestSendReconcilesAnIntentThroughHistory(t *testing.T) {
 	_, err := led.SaveDraft(ctx, outbound.Draft{TurnID: "t1", SessionKey: r.SessionKey, Chat: groupChat,
 		Code: outcome.Replied, Chunks: []outbound.Chunk{{Text: "one"}, {Text: "two"}}})
 	require.NoError(t, err)
-	require.NoError(t, led.MarkIntent(ctx, "t1", 0, "fp0"))
+	require.NoError(t, led.MarkIntent(ctx, "t1", 0, chunkFP(r, 0, "one")))
 	_, err = ch.Send(ctx, channel.Outgoing{Chat: groupChat, Text: "one"})
 	require.NoError(t, err)
 
@@ -424,7 +424,7 @@ func TestSendResendsAnIntentMissingFromHistory(t *testing.T) {
 	_, err := led.SaveDraft(ctx, outbound.Draft{TurnID: "t1", SessionKey: r.SessionKey, Chat: groupChat,
 		Code: outcome.Replied, Chunks: []outbound.Chunk{{Text: "one"}, {Text: "two"}}})
 	require.NoError(t, err)
-	require.NoError(t, led.MarkIntent(ctx, "t1", 0, "fp0"))
+	require.NoError(t, led.MarkIntent(ctx, "t1", 0, chunkFP(r, 0, "one")))
 
 	d, err := s.Send(ctx, r)
 	require.NoError(t, err)
@@ -458,4 +458,13 @@ func TestTypingController(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, ch.Typings(), 4)
 	require.Zero(t, clk.Pending(), "the keepalive is stopped")
+}
+
+// chunkFP is the ledger fingerprint the exit computes for chunk n of r.
+func chunkFP(r outbound.Reply, n int, text string) string {
+	p, err := channel.ParseSessionKey(r.SessionKey)
+	if err != nil {
+		panic(err)
+	}
+	return outbound.Fingerprint(p.Platform, p.BotID, r.Chat, n, outbound.Chunk{Text: text})
 }

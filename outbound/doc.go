@@ -7,7 +7,7 @@
 // [Verdict]: send this text with this outcome code, stop with a code, or
 // regenerate once from image descriptions. [BasicReviewer] makes the
 // program checks only; [NewReviewer] builds the default [ModelReviewer],
-// which runs the ordered checks of SPEC §6: images the model could not see,
+// which runs its checks in a fixed order: images the model could not see,
 // model-chosen silence, empty replies and refusals, pause and refusal
 // markers, lines already said with say, then semantic dedup and the audit
 // model started in parallel (the audit runs again when dedup rewrote the

@@ -111,30 +111,21 @@ func maskSecrets(text string, secrets []string, checks bool) string {
 	return keyValueSecret.re.ReplaceAllString(text, "${1}"+SecretMask)
 }
 
-var (
-	replyMarker = regexp.MustCompile(`\[persona-reply:([^\]\s]+)\]`)
-	atMarker    = regexp.MustCompile(`\[persona-at:([^\]\s]+)\]`)
-)
+var replyMarker = regexp.MustCompile(`\[persona-reply:([^\]\s]+)\]`)
 
-// ResolveMarkers takes the model-written [persona-reply:<id>] and
-// [persona-at:<id>] markers out of text. The first reply marker whose id is
-// the current message (current) or one known reports true for becomes
-// replyTo; the others are dropped. Every at marker becomes a mention (in
-// order, without duplicates).
-func ResolveMarkers(text, current string, known func(id string) bool) (out, replyTo string, mentions []string) {
+// ResolveMarkers takes the model-written [persona-reply:<id>] markers out
+// of text. The first one whose id is the current message (current) or one
+// known reports true for becomes replyTo; the others are dropped.
+// [persona-at:<id>] markers stay where they are: the delivery exit turns
+// them into mentions or names according to where they stand in the chunk
+// that carries them (see ResolveMentions).
+func ResolveMarkers(text, current string, known func(id string) bool) (out, replyTo string) {
 	for _, m := range replyMarker.FindAllStringSubmatch(text, -1) {
 		if replyTo == "" && (m[1] == current && current != "" || known != nil && known(m[1])) {
 			replyTo = m[1]
 		}
 	}
-	for _, m := range atMarker.FindAllStringSubmatch(text, -1) {
-		if !slices.Contains(mentions, m[1]) {
-			mentions = append(mentions, m[1])
-		}
-	}
-	text = replyMarker.ReplaceAllString(text, "")
-	text = atMarker.ReplaceAllString(text, "")
-	return text, replyTo, mentions
+	return replyMarker.ReplaceAllString(text, ""), replyTo
 }
 
 // PolicyRule is one send-policy rule. Empty match fields match everything.

@@ -34,21 +34,19 @@ func TestResolveMarkers(t *testing.T) {
 	known := func(id string) bool { return id == "h-1" }
 	tests := []struct {
 		name, in, text, reply string
-		mentions              []string
 	}{
-		{"current message", "[persona-reply:m-1]hi", "hi", "m-1", nil},
-		{"message in history", "[persona-reply:h-1]hi", "hi", "h-1", nil},
-		{"unknown message dropped", "[persona-reply:x-9]hi", "hi", "", nil},
-		{"first valid wins", "[persona-reply:x-9][persona-reply:h-1][persona-reply:m-1]hi", "hi", "h-1", nil},
-		{"mentions", "[persona-at:u2] and [persona-at:u3][persona-at:u2] hi", " and  hi", "", []string{"u2", "u3"}},
+		{"current message", "[persona-reply:m-1]hi", "hi", "m-1"},
+		{"message in history", "[persona-reply:h-1]hi", "hi", "h-1"},
+		{"unknown message dropped", "[persona-reply:x-9]hi", "hi", ""},
+		{"first valid wins", "[persona-reply:x-9][persona-reply:h-1][persona-reply:m-1]hi", "hi", "h-1"},
+		{"mentions are left to the exit", "[persona-at:u2] and [persona-at:u3] hi", "[persona-at:u2] and [persona-at:u3] hi", ""},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			text, reply, mentions := outbound.ResolveMarkers(tc.in, "m-1", known)
+			text, reply := outbound.ResolveMarkers(tc.in, "m-1", known)
 			require.Equal(t, tc.text, text)
 			require.Equal(t, tc.reply, reply)
-			require.Equal(t, tc.mentions, mentions)
 		})
 	}
 }

@@ -13,7 +13,7 @@ import (
 )
 
 // Lane is a send lane of a group chat: text and media fail and recover
-// independently (SPEC §7.8).
+// independently, each with its own backoff.
 type Lane string
 
 // The lanes.

@@ -48,6 +48,9 @@ type Slot struct {
 	State       SlotState
 	MessageIDs  []string
 	SentAt      time.Time
+	// IntentAt is when an intent was recorded (zero when unknown); the
+	// exit looks back to it when it settles an intent a crash left.
+	IntentAt time.Time
 }
 
 // Ledger is the delivery-ledger port.

@@ -156,8 +156,8 @@ func basicReview(_ context.Context, p Proposal) (Verdict, error) {
 	case strings.Contains(raw, MarkerSilent) && body == "":
 		return Verdict{Code: IgnoredModelSilent, Reason: "the model chose to stay silent"}, nil
 	case strings.Contains(raw, MarkerRefuse) && !p.Direct:
-		// SPEC §6.1 step 3: a chat-in reply marked as a refusal is not
-		// sent, whatever text came with the marker.
+		// A chat-in reply marked as a refusal is not sent, whatever text
+		// came with the marker.
 		return Verdict{Code: IgnoredNoNaturalReply, Reason: "unprompted reply was a refusal"}, nil
 	case strings.Contains(raw, MarkerRefuse) && body == "":
 		return Verdict{Send: true, Text: RefusalText, Code: replied, Reason: "refusal marker; fixed refusal text sent"}, nil

@@ -20,7 +20,7 @@ import (
 	"github.com/personakit/persona/outcome"
 )
 
-// Review defaults (SPEC §11).
+// Review defaults.
 const (
 	DefaultDedupWindow       = 2 * time.Minute
 	DefaultDedupConfidence   = 0.9
@@ -54,7 +54,8 @@ const (
 )
 
 // ReviewConfig configures the model-backed reviewer. Zero fields take the
-// defaults of SPEC §11.
+// defaults: the Default… constants, and the default texts ([PauseText],
+// [RefusalText] and the rest) for the text fields.
 type ReviewConfig struct {
 	// Model runs the semantic dedup (agent.PurposeDedup) and the audit
 	// (agent.PurposeAudit). nil skips both (the review is then the program
@@ -102,8 +103,9 @@ type ReviewConfig struct {
 	QueuedImgText string
 }
 
-// ModelReviewer is the default Reviewer: the ordered checks of SPEC §6.1
-// with semantic dedup and the audit model. Build it with [NewReviewer].
+// ModelReviewer is the default Reviewer: the ordered checks listed in the
+// package doc, with semantic dedup and the audit model. Build it with
+// [NewReviewer].
 type ModelReviewer struct {
 	cfg ReviewConfig
 	clk clock.Clock
@@ -191,9 +193,9 @@ func (rv *review) finish(v Verdict) Verdict {
 	return v
 }
 
-// Review runs the ordered checks of SPEC §6.1. It returns an error only
-// when the state store fails; a failing model never is an error (dedup
-// passes, the audit verdict "failed" applies).
+// Review runs the ordered checks (see the package doc). It returns an
+// error only when the state store fails; a failing model never is an
+// error (dedup passes, the audit verdict "failed" applies).
 func (r *ModelReviewer) Review(ctx context.Context, p Proposal) (Verdict, error) {
 	rv := &review{p: p, now: r.clk.Now(), replied: outcome.Replied}
 	if !p.Direct {
@@ -259,7 +261,9 @@ func (r *ModelReviewer) Review(ctx context.Context, p Proposal) (Verdict, error)
 	return rv.finish(v), nil
 }
 
-// emptyFallback is the empty-reply fallback of SPEC §4.6.
+// emptyFallback is what replaces an empty reply: the queued-image line
+// when an image job was queued, silence when say already spoke this turn
+// or the reply was unprompted, else the fallback line.
 func (r *ModelReviewer) emptyFallback(rv *review, why string) Verdict {
 	switch {
 	case rv.p.QueuedImage:
@@ -614,7 +618,9 @@ func (r *ModelReviewer) audit(ctx context.Context, rv *review, text string, item
 	return res, nil
 }
 
-// applyAudit applies the audit verdicts in the order of SPEC §6.2.
+// applyAudit applies the audit verdicts in their fixed order: failure,
+// private closing or stop, group stop, loops, account safety, quality,
+// refusals.
 func (r *ModelReviewer) applyAudit(ctx context.Context, rv *review, a auditResult, auditErr error, items []auditItem) (Verdict, bool, error) {
 	p := rv.p
 	conf := r.cfg.Confidence

@@ -60,7 +60,7 @@ type Reply struct {
 	Media []channel.Media
 	// Typing keeps the channel's typing indicator on (channel.Typer) from
 	// the start of the send until it returns: keepalive every 5 s, safety
-	// TTL 2 min. The caller decides by run class (SPEC §7.5).
+	// TTL 2 min. The caller decides which turns show typing.
 	Typing bool
 	// Guard is the send-time guard, run once before the first chunk (never
 	// after any chunk of the turn went out): chat unavailable, sender
@@ -78,9 +78,12 @@ type Delivery struct {
 	// the ledger for chunks delivered by an earlier attempt).
 	MessageIDs []string
 	// Chunks is the number of chunks in the draft; Skipped of them were
-	// already delivered (or unknown after a crash) and not sent again.
+	// already delivered (or unknown after a crash) and not sent again;
+	// Unknown of those were being sent when an earlier attempt stopped and
+	// nothing could settle whether they arrived.
 	Chunks  int
 	Skipped int
+	Unknown int
 	// Code and Reason come from the stored draft.
 	Code   outcome.Code
 	Reason string
@@ -103,7 +106,7 @@ type Delivery struct {
 }
 
 // SnoozeError says the send must wait until Until without charging an
-// attempt: the chat's send lane is backing off (SPEC §7.8). It unwraps to a
+// attempt: the chat's send lane is backing off. It unwraps to a
 // *channel.RateLimitedError with RetryAfter = Until − now, so a caller that
 // snoozes rate-limited items handles it unchanged.
 type SnoozeError struct {
@@ -169,10 +172,13 @@ const (
 )
 
 // ForwardSlot is the ledger slot of a merged-forward card: the card stands
-// for every chunk of the draft.
-const ForwardSlot = -1
+// for every chunk of the draft. It is a slot number no chunk reaches (a
+// reply has at most a few dozen chunks), so a Ledger that numbers slots
+// from 0 — and keeps its own rows, such as a turn's draft, below 0 —
+// stores it like any chunk.
+const ForwardSlot = 1 << 20
 
-// ForwardConfig configures merged-forward cards (SPEC §7.2), used where the
+// ForwardConfig configures merged-forward cards, used where the
 // channel implements channel.ForwardSender.
 type ForwardConfig struct {
 	// Off never sends a card (persona styles that must look like a group
@@ -192,7 +198,7 @@ type ForwardConfig struct {
 }
 
 // SenderConfig configures the default chunked sender. Zero fields take the
-// defaults of SPEC §11.
+// defaults (the Default… constants).
 type SenderConfig struct {
 	// Ledger is required: it makes every chunk go out at most once.
 	Ledger Ledger
@@ -248,6 +254,7 @@ type SenderConfig struct {
 // reply per session at a time.
 type ChunkSender struct {
 	cfg   SenderConfig
+	exit  *Exit
 	clk   clock.Clock
 	log   *slog.Logger
 	mu    sync.Mutex
@@ -289,7 +296,11 @@ func NewSender(cfg SenderConfig) (*ChunkSender, error) {
 	if cfg.TypingTTL <= 0 {
 		cfg.TypingTTL = DefaultTypingTTL
 	}
-	return &ChunkSender{cfg: cfg, clk: clock.OrReal(cfg.Clock), log: log, locks: map[string]*sessionLock{}}, nil
+	exit, err := NewExit(ExitConfig{Ledger: cfg.Ledger, Secrets: cfg.Secrets, Clock: cfg.Clock, Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	return &ChunkSender{cfg: cfg, exit: exit, clk: clock.OrReal(cfg.Clock), log: log, locks: map[string]*sessionLock{}}, nil
 }
 
 func (s *ChunkSender) lock(key string) func() {
@@ -346,7 +357,7 @@ func (s *ChunkSender) buildDraft(ctx context.Context, r Reply) (Draft, *Delivery
 	if current == "" {
 		current = r.ReplyTo
 	}
-	text, markReply, markMentions := ResolveMarkers(text, current, r.KnownMessage)
+	text, markReply := ResolveMarkers(text, current, r.KnownMessage)
 	if ok, rule := s.cfg.Policy.Allowed(platform, r.Chat, r.SessionKey); !ok {
 		d := stopped(IgnoredSendPolicy, fmt.Sprintf("send policy denies %s (rule %d)", r.Chat, rule))
 		return Draft{}, &d, Shaped{}
@@ -360,11 +371,6 @@ func (s *ChunkSender) buildDraft(ctx context.Context, r Reply) (Draft, *Delivery
 	}
 	if markReply != "" && (!r.TriggerRecalled || markReply != current) {
 		replyTo = markReply
-	}
-	for _, m := range markMentions {
-		if !slices.Contains(mentions, m) {
-			mentions = append(mentions, m)
-		}
 	}
 	m := &Message{TurnID: r.TurnID, SessionKey: r.SessionKey, Platform: platform, Chat: r.Chat,
 		Text: text, ReplyTo: replyTo, Mentions: mentions}
@@ -403,13 +409,13 @@ func (s *ChunkSender) buildDraft(ctx context.Context, r Reply) (Draft, *Delivery
 // masked, control markers stripped, markers resolved, send policy, hooks),
 // is shaped and persisted as the turn's draft before the first chunk; a
 // turn that already has a draft resumes it. The send-time guard runs before
-// the first chunk only. Each chunk is written to the ledger as an intent
-// before the platform call and marked sent after it; chunks already sent
-// are skipped and their ids reused. A chunk left as an intent by a crash is
-// reconciled through the channel's history when it can fetch it (found:
-// marked sent with its id) and is otherwise treated as sent and logged
-// delivery_unknown: a duplicate is worse than a gap. When the platform
-// answers a chunk with an error the intent is cleared, so a retry sends it.
+// the first chunk only. Every chunk leaves through an [ExitChannel]: the
+// one the caller passed as Reply.Channel (the pipeline binds one to its
+// Exit), or one the sender binds to an Exit over its own Ledger, Secrets
+// and AfterSend. There the ledger makes each chunk go out at most once;
+// chunks an earlier attempt delivered are skipped and their ids reused,
+// and one it left unsettled is looked for and sent again only when proven
+// absent (Delivery.Unknown counts the ones nothing could settle).
 //
 // Errors: a *SendError wrapping the channel error (classify it with
 // channel.Classify: offline → snooze the turn, rate limited → snooze until
@@ -439,11 +445,11 @@ func (s *ChunkSender) Send(ctx context.Context, r Reply) (Delivery, error) {
 			return Delivery{}, s.snooze(lane, st.Until)
 		}
 	}
+	xc := s.bind(r)
 
 	var (
 		draft   Draft
 		resumed bool
-		slots   []Slot
 		sh      Shaped
 		err     error
 	)
@@ -458,10 +464,9 @@ func (s *ChunkSender) Send(ctx context.Context, r Reply) (Delivery, error) {
 			return *stop, nil
 		}
 	}
-	if !r.FirstAttempt {
-		if slots, err = s.cfg.Ledger.Slots(ctx, r.TurnID); err != nil {
-			return Delivery{}, fmt.Errorf("outbound: read ledger: %w", err)
-		}
+	slots, err := xc.Slots(ctx)
+	if err != nil {
+		return Delivery{}, err
 	}
 	if len(slots) == 0 && r.Guard != nil {
 		if code, reason := r.Guard(ctx); code != "" {
@@ -471,38 +476,28 @@ func (s *ChunkSender) Send(ctx context.Context, r Reply) (Delivery, error) {
 	// Typing starts before the draft (and maybe the first intent) is
 	// stored, so that the indicator call is not inside the window where a
 	// crash leaves the first chunk's fate unknown.
-	if r.Typing {
-		if t, ok := r.Channel.(channel.Typer); ok && len(draft.Chunks) > 0 {
-			tc := StartTyping(ctx, s.clk, t, draft.Chat, s.cfg.TypingKeepalive, s.cfg.TypingTTL)
-			defer tc.Stop()
-		}
+	typer, canType := channel.As[channel.Typer](r.Channel)
+	if r.Typing && canType && len(draft.Chunks) > 0 {
+		tc := StartTyping(ctx, s.clk, typer, draft.Chat, s.cfg.TypingKeepalive, s.cfg.TypingTTL)
+		defer tc.Stop()
 	}
-	platform, bot := r.Channel.Name(), ""
-	if p, err := channel.ParseSessionKey(r.SessionKey); err == nil {
-		platform, bot = p.Platform, p.BotID
-	}
-	intent0 := false // slot 0 recorded with the draft
 	if !resumed {
-		var stored Draft
-		var err error
-		if dl, ok := s.cfg.Ledger.(DraftIntentLedger); ok && len(slots) == 0 && len(draft.Chunks) > 0 && !s.mayForward(r, draft) {
-			stored, intent0, err = dl.SaveDraftIntent(ctx, draft, Fingerprint(platform, bot, draft.Chat, 0, draft.Chunks[0]))
+		if len(slots) == 0 && len(draft.Chunks) > 0 && !s.mayForward(xc, draft) {
+			// Stored with the first chunk's intent, in one write where the
+			// ledger can.
+			xc.Stage(draft)
 		} else {
-			stored, err = s.cfg.Ledger.SaveDraft(ctx, draft)
+			stored, err := s.cfg.Ledger.SaveDraft(ctx, draft)
+			if err != nil {
+				return Delivery{}, fmt.Errorf("outbound: save draft: %w", err)
+			}
+			draft = stored
 		}
-		if err != nil {
-			return Delivery{}, fmt.Errorf("outbound: save draft: %w", err)
-		}
-		draft = stored
-	}
-	bySlot := make(map[int]Slot, len(slots))
-	for _, sl := range slots {
-		bySlot[sl.N] = sl
 	}
 	d := Delivery{Chunks: len(draft.Chunks), Code: draft.Code, Reason: draft.Reason, Compressions: sh.Compressions, Usage: sh.Usage}
 
 	// A merged-forward card stands for every chunk.
-	if fd, done, err := s.forward(ctx, r, draft, bySlot, platform, bot, &d); done || err != nil {
+	if fd, done, err := s.forward(ctx, r, xc, draft, slots, &d); done || err != nil {
 		if err == nil {
 			s.delivered(ctx, r, useLane, lane, fd)
 		}
@@ -510,87 +505,58 @@ func (s *ChunkSender) Send(ctx context.Context, r Reply) (Delivery, error) {
 	}
 
 	sentThisCall := 0
-	bookedDelivery := false // delivered ran with the last chunk's bookkeeping
-	var history *reconPage
 	for n, c := range draft.Chunks {
-		if sl, ok := bySlot[n]; ok {
-			ids, resend := sl.MessageIDs, false
-			if sl.State != SlotSent {
-				ids, resend = s.reconcile(ctx, r, draft, n, c, &history)
-			}
-			if !resend {
-				d.MessageIDs = append(d.MessageIDs, ids...)
-				d.Skipped++
-				continue
-			}
-			if err := s.cfg.Ledger.ClearIntent(context.WithoutCancel(ctx), r.TurnID, n); err != nil {
-				return d, &SendError{Slot: n, Delivered: d.MessageIDs, Err: fmt.Errorf("ledger clear intent: %w", err)}
-			}
-		}
-		if sentThisCall > 0 && !s.cfg.NoPacing {
-			if t, ok := r.Channel.(channel.Typer); ok {
-				_ = t.Typing(ctx, draft.Chat)
+		sl, had := slots[n]
+		if sentThisCall > 0 && !s.cfg.NoPacing && !(had && sl.State == SlotSent) {
+			if canType {
+				_ = typer.Typing(ctx, draft.Chat)
 			}
 			if !clock.Sleep(s.clk, ctx.Done(), Pace(c.Text)) {
 				return d, &SendError{Slot: n, Delivered: d.MessageIDs, Err: ctx.Err()}
 			}
 		}
-		fp := Fingerprint(platform, bot, draft.Chat, n, c)
-		if n > 0 || !intent0 {
-			if err := s.cfg.Ledger.MarkIntent(ctx, r.TurnID, n, fp); err != nil {
-				return d, &SendError{Slot: n, Delivered: d.MessageIDs, Err: fmt.Errorf("ledger intent: %w", err)}
-			}
-		}
-		if d.FirstSend.IsZero() {
-			d.FirstSend = s.clk.Now()
-		}
-		rc, err := s.attempt(ctx, channel.Outgoing{
-			Chat: draft.Chat, Text: c.Text, ReplyTo: c.ReplyTo, Mentions: c.Mentions, Media: c.Media, IdempotencyKey: fp,
-		}, r.Channel)
+		start := s.clk.Now()
+		res, err := s.attempt(ctx, xc, n, channel.Outgoing{
+			Chat: draft.Chat, Text: c.Text, ReplyTo: c.ReplyTo, Mentions: c.Mentions, Media: c.Media,
+		})
 		if err != nil {
-			if ctx.Err() == nil {
-				// The platform answered: the chunk was not delivered.
-				if cerr := s.cfg.Ledger.ClearIntent(context.WithoutCancel(ctx), r.TurnID, n); cerr != nil {
-					s.log.Error("ledger clear intent failed", "turn", r.TurnID, "slot", n, "err", cerr)
-				}
-				if useLane && channel.Classify(err) == channel.ClassTransient {
-					return s.laneFailure(ctx, r, lane, n, d, err)
-				}
+			if ctx.Err() == nil && useLane && channel.Classify(err) == channel.ClassTransient {
+				return s.laneFailure(ctx, r, lane, n, d, err)
 			}
 			return d, &SendError{Slot: n, Delivered: d.MessageIDs, Err: err}
 		}
-		now := s.clk.Now()
-		if d.FirstAck.IsZero() {
-			d.FirstAck = now
-		}
-		d.MessageIDs = append(d.MessageIDs, rc.MessageIDs...)
-		sentThisCall++
-		// The bookkeeping of a delivered chunk (ledger, AfterSend and, after
-		// the last chunk, the delivery's) is independent writes: they run
-		// side by side, so a group-committing store can take them in one
-		// transaction. All are done before the next chunk.
-		var wg sync.WaitGroup
-		wg.Go(func() {
-			if err := s.cfg.Ledger.MarkSent(context.WithoutCancel(ctx), r.TurnID, n, rc.MessageIDs, now); err != nil {
-				// The chunk went out; the intent row alone already prevents
-				// a second send.
-				s.log.Error("ledger mark sent failed", "turn", r.TurnID, "slot", n, "err", err)
+		d.MessageIDs = append(d.MessageIDs, res.Receipt.MessageIDs...)
+		if res.Skipped {
+			d.Skipped++
+			if res.Unknown {
+				d.Unknown++
 			}
-		})
-		if n == len(draft.Chunks)-1 {
-			final := d
-			wg.Go(func() { s.delivered(ctx, r, useLane, lane, final) })
-			bookedDelivery = true
+			continue
 		}
-		if s.cfg.AfterSend != nil {
-			s.cfg.AfterSend(ctx, r, n, c, rc)
+		if d.FirstSend.IsZero() {
+			d.FirstSend, d.FirstAck = start, s.clk.Now()
 		}
-		wg.Wait()
+		sentThisCall++
 	}
-	if !bookedDelivery {
-		s.delivered(ctx, r, useLane, lane, d)
-	}
+	s.delivered(ctx, r, useLane, lane, d)
 	return d, nil
+}
+
+// bind returns the exit channel the reply's chunks leave through: the one
+// the caller bound (Reply.Channel), else one bound to the sender's own
+// exit, which reports delivered chunks to AfterSend.
+func (s *ChunkSender) bind(r Reply) *ExitChannel {
+	if xc, ok := r.Channel.(*ExitChannel); ok {
+		return xc
+	}
+	e := *s.exit
+	if s.cfg.AfterSend != nil {
+		e.cfg.Delivered = func(ctx context.Context, sent Sent) {
+			s.cfg.AfterSend(ctx, r, max(sent.Slot, 0)+sent.Node, Chunk{Text: sent.Out.Text, ReplyTo: sent.Out.ReplyTo,
+				Mentions: sent.Out.Mentions, Media: sent.Out.Media}, sent.Receipt)
+		}
+	}
+	return e.Bind(r.Channel, r.TurnID, r.SessionKey, r.FirstAttempt)
 }
 
 // delivered does the bookkeeping of a completed send.
@@ -631,117 +597,74 @@ func (s *ChunkSender) laneFailure(ctx context.Context, r Reply, lane Lane, n int
 	return d, &SendError{Slot: n, Delivered: d.MessageIDs, Err: fmt.Errorf("%w (cause: %w)", s.snooze(lane, st.Until), cause)}
 }
 
-// attempt sends one chunk: media-validation rejections retry after 700 ms
-// × attempt up to MediaAttempts attempts in all; a rate limit of at most
-// RateLimitInline is waited out once; every other error returns.
-func (s *ChunkSender) attempt(ctx context.Context, out channel.Outgoing, ch channel.Channel) (channel.Receipt, error) {
+// attempt sends chunk n through the exit: media-validation rejections
+// retry after 700 ms × attempt up to MediaAttempts attempts in all; a rate
+// limit of at most RateLimitInline is waited out once; every other error
+// returns.
+func (s *ChunkSender) attempt(ctx context.Context, xc *ExitChannel, n int, out channel.Outgoing) (SlotResult, error) {
 	waited := false
 	for attempt := 1; ; attempt++ {
 		if s.cfg.RenewMedia != nil && len(out.Media) > 0 {
 			m, err := s.cfg.RenewMedia(ctx, slices.Clone(out.Media))
 			if err != nil {
-				return channel.Receipt{}, fmt.Errorf("renew media links: %w", err)
+				return SlotResult{}, fmt.Errorf("renew media links: %w", err)
 			}
 			out.Media = m
 		}
-		rc, err := ch.Send(ctx, out)
+		res, err := xc.SendSlot(ctx, n, out)
 		if err == nil {
-			return rc, nil
+			return res, nil
 		}
 		if ctx.Err() != nil {
-			return rc, err
+			return res, err
 		}
 		var rl *channel.RateLimitedError
 		switch {
 		case channel.Classify(err) == channel.ClassMediaInvalid && attempt < s.cfg.MediaAttempts:
 			s.log.Info("media rejected; retrying", "attempt", attempt, "err", err)
 			if !clock.Sleep(s.clk, ctx.Done(), time.Duration(attempt)*s.cfg.MediaRetryStep) {
-				return rc, ctx.Err()
+				return res, ctx.Err()
 			}
 		case !waited && errors.As(err, &rl) && rl.RetryAfter > 0 && rl.RetryAfter <= s.cfg.RateLimitInline:
 			waited = true
 			if !clock.Sleep(s.clk, ctx.Done(), rl.RetryAfter) {
-				return rc, ctx.Err()
+				return res, ctx.Err()
 			}
 		default:
-			return rc, err
+			return res, err
 		}
 	}
-}
-
-// reconcile settles a slot left as an intent. With a channel that can
-// fetch history it looks for the chunk among the bot's newest messages of
-// the chat: found, the slot is marked sent with that id; not found in a
-// successful fetch, the chunk never arrived and is sent again (resend).
-// Without history (or when the fetch fails) the outcome stays unknown and
-// the chunk is treated as sent: a duplicate is worse than a gap.
-//
-// It looks for the chunk among
-// the bot's own messages in the chat's history (channel.HistoryFetcher).
-// Found: the slot is marked sent with that id. Not found or not fetchable:
-// treated as sent and logged delivery_unknown.
-func (s *ChunkSender) reconcile(ctx context.Context, r Reply, draft Draft, n int, c Chunk, page **reconPage) (ids []string, resend bool) {
-	if hf, ok := r.Channel.(channel.HistoryFetcher); ok && c.Text != "" {
-		if *page == nil {
-			p, err := hf.FetchHistory(ctx, channel.HistoryQuery{Chat: draft.Chat, Limit: 50})
-			if err != nil {
-				s.log.Info("reconciliation history fetch failed", "turn", r.TurnID, "err", err)
-			}
-			*page = &reconPage{HistoryPage: p, ok: err == nil}
-		}
-		for _, ev := range (*page).Events {
-			if ev.Kind == channel.KindSelf && strings.TrimSpace(ev.Text()) == c.Text && ev.MessageID != "" {
-				ids := []string{ev.MessageID}
-				if err := s.cfg.Ledger.MarkSent(context.WithoutCancel(ctx), r.TurnID, n, ids, ev.Time); err != nil {
-					s.log.Error("ledger mark sent failed", "turn", r.TurnID, "slot", n, "err", err)
-				}
-				s.log.Info("delivery_reconciled", "turn", r.TurnID, "slot", n, "message_id", ev.MessageID)
-				return ids, false
-			}
-		}
-		if (*page).ok {
-			s.log.Info("delivery_not_found", "turn", r.TurnID, "slot", n,
-				"detail", "chunk was being sent when the previous attempt stopped and the chat history does not have it; sending it again")
-			return nil, true
-		}
-	}
-	s.log.Warn("delivery_unknown", "turn", r.TurnID, "slot", n,
-		"detail", "chunk was being sent when the previous attempt stopped; not sending it again")
-	return nil, false
-}
-
-// reconPage is the history page reconciliation fetched once per send.
-type reconPage struct {
-	channel.HistoryPage
-	ok bool
 }
 
 // mayForward reports whether forward could send the new draft as a
 // merged-forward card (its checks that need no I/O).
-func (s *ChunkSender) mayForward(r Reply, draft Draft) bool {
-	_, ok := r.Channel.(channel.ForwardSender)
-	return ok && !s.cfg.Forward.Off && len(draft.Chunks) >= 2
+func (s *ChunkSender) mayForward(xc *ExitChannel, draft Draft) bool {
+	return xc.CanForward() && !s.cfg.Forward.Off && len(draft.Chunks) >= 2
 }
 
 // forward sends the draft as one merged-forward card when the channel can
 // and the reply is over the threshold. done=true means fd is the result.
-func (s *ChunkSender) forward(ctx context.Context, r Reply, draft Draft, bySlot map[int]Slot, platform, bot string, d *Delivery) (fd Delivery, done bool, err error) {
-	fs, ok := r.Channel.(channel.ForwardSender)
-	if sl, had := bySlot[ForwardSlot]; had {
+func (s *ChunkSender) forward(ctx context.Context, r Reply, xc *ExitChannel, draft Draft, slots map[int]Slot, d *Delivery) (fd Delivery, done bool, err error) {
+	if sl, had := slots[ForwardSlot]; had {
 		// An earlier attempt sent (or was sending) the card.
-		if sl.State != SlotSent {
-			s.log.Warn("delivery_unknown", "turn", r.TurnID, "slot", ForwardSlot, "detail", "merged-forward card outcome unknown; not sending it again")
-		}
 		out := *d
 		out.Forwarded, out.MessageIDs, out.Skipped = true, sl.MessageIDs, len(draft.Chunks)
+		if sl.State != SlotSent {
+			s.log.Warn("delivery_unknown", "turn", r.TurnID, "slot", ForwardSlot, "detail", "merged-forward card outcome unknown; not sending it again")
+			out.Unknown = len(draft.Chunks)
+		}
 		return out, true, nil
 	}
-	if !ok || s.cfg.Forward.Off || len(bySlot) > 0 || len(draft.Chunks) < 2 {
+	if !xc.CanForward() || s.cfg.Forward.Off || len(slots) > 0 || len(draft.Chunks) < 2 {
 		return Delivery{}, false, nil
 	}
 	total := 0
 	var nodes []channel.ForwardNode
 	var texts []string
+	bot := ""
+	if p, err := channel.ParseSessionKey(r.SessionKey); err == nil {
+		bot = p.BotID
+	}
 	for _, c := range draft.Chunks {
 		if len(c.Media) > 0 {
 			return Delivery{}, false, nil // cards carry text only
@@ -766,19 +689,10 @@ func (s *ChunkSender) forward(ctx context.Context, r Reply, draft Draft, bySlot 
 			return out, true, nil
 		}
 	}
-	fp := Fingerprint(platform, bot, draft.Chat, ForwardSlot, Chunk{Text: strings.Join(texts, "\x00")})
-	if err := s.cfg.Ledger.MarkIntent(ctx, r.TurnID, ForwardSlot, fp); err != nil {
-		return *d, true, &SendError{Slot: ForwardSlot, Err: fmt.Errorf("ledger intent: %w", err)}
-	}
 	d.FirstSend = s.clk.Now()
-	rc, err := fs.SendForward(ctx, draft.Chat, nodes)
+	rc, err := xc.SendForward(ctx, draft.Chat, nodes)
 	if err != nil {
-		if ctx.Err() != nil {
-			return *d, true, &SendError{Slot: ForwardSlot, Err: err}
-		}
-		if cerr := s.cfg.Ledger.ClearIntent(context.WithoutCancel(ctx), r.TurnID, ForwardSlot); cerr != nil {
-			// The card's outcome is now ambiguous to a retry; stay safe.
-			s.log.Error("ledger clear intent failed", "turn", r.TurnID, "slot", ForwardSlot, "err", cerr)
+		if ctx.Err() != nil || errors.Is(err, ErrDeliveryUnknown) || errors.Is(err, errIntentKept) {
 			return *d, true, &SendError{Slot: ForwardSlot, Err: err}
 		}
 		if channel.Classify(err).Definitive() || channel.Classify(err) == channel.ClassOffline {
@@ -788,17 +702,8 @@ func (s *ChunkSender) forward(ctx context.Context, r Reply, draft Draft, bySlot 
 		d.FirstSend = time.Time{}
 		return Delivery{}, false, nil
 	}
-	now := s.clk.Now()
-	d.FirstAck = now
-	if err := s.cfg.Ledger.MarkSent(context.WithoutCancel(ctx), r.TurnID, ForwardSlot, rc.MessageIDs, now); err != nil {
-		s.log.Error("ledger mark sent failed", "turn", r.TurnID, "slot", ForwardSlot, "err", err)
-	}
+	d.FirstAck = s.clk.Now()
 	out := *d
 	out.Forwarded, out.MessageIDs = true, slices.Clone(rc.MessageIDs)
-	if s.cfg.AfterSend != nil {
-		for n, c := range draft.Chunks {
-			s.cfg.AfterSend(ctx, r, n, c, rc)
-		}
-	}
 	return out, true, nil
 }

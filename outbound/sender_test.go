@@ -124,6 +124,15 @@ func (l *memLedger) ClearIntent(_ context.Context, turnID string, n int) error {
 	return nil
 }
 
+// setIntentAt sets the time of an intent (as a store records it).
+func (l *memLedger) setIntentAt(turnID string, n int, at time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	s := l.slots[turnID][n]
+	s.IntentAt = at
+	l.slots[turnID][n] = s
+}
+
 func (l *memLedger) slotsOf(turnID string) map[int]outbound.Slot {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -360,9 +369,9 @@ func TestSendDoesNotResendAnIntentLeftByACrash(t *testing.T) {
 		Chunks: []outbound.Chunk{{Text: "one"}, {Text: "two"}, {Text: "three"}},
 	})
 	require.NoError(t, err)
-	require.NoError(t, led.MarkIntent(ctx, "t1", 0, "fp0"))
+	require.NoError(t, led.MarkIntent(ctx, "t1", 0, chunkFP(r, 0, "one")))
 	require.NoError(t, led.MarkSent(ctx, "t1", 0, []string{"old-1"}, t0))
-	require.NoError(t, led.MarkIntent(ctx, "t1", 1, "fp1"))
+	require.NoError(t, led.MarkIntent(ctx, "t1", 1, chunkFP(r, 1, "two")))
 
 	d, err := s.Send(ctx, r)
 	require.NoError(t, err)

@@ -11,8 +11,8 @@ import (
 	"github.com/personakit/persona/channel"
 )
 
-// PlatformLimits are the default per-chunk text limits of SPEC §1.3, in
-// each platform's own unit, keyed by platform id. Adapters declare their
+// PlatformLimits are the default per-chunk text limits, in each
+// platform's own unit, keyed by platform id. Adapters declare their
 // limit through channel.TextLimiter (and may lower it); this table is the
 // documented default they start from.
 var PlatformLimits = map[string]channel.TextLimit{

@@ -2,8 +2,8 @@ package gate
 
 import "github.com/personakit/persona/outcome"
 
-// Outcome codes decided by the gates of this package, in the order of the
-// gate table (SPEC §3.2, G1–G12).
+// Outcome codes decided by the gates of this package, in the order the
+// gates run (G1–G12).
 const (
 	// IgnoredUnavailableGroup (G1): the bot is no longer in the group.
 	IgnoredUnavailableGroup outcome.Code = "ignored_unavailable_group"

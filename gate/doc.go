@@ -1,5 +1,6 @@
 // Package gate holds the deterministic checks that decide, without calling a
-// model, whether an inbound message may be answered at all (SPEC §3.2).
+// model, whether an inbound message may be answered at all. They run before
+// the router and generation, so a message they stop costs no model call.
 //
 // # Overview
 //
@@ -8,9 +9,9 @@
 // first stop, naming the gate that stopped in Verdict.Gate.
 //
 // [Compile] turns a [Config] — the bot's [Policy] and per-group
-// [GroupPolicy] overrides, plain structs whose zero values are the SPEC
+// [GroupPolicy] overrides, plain structs whose zero values mean the
 // defaults — into [Rules]; [Rules.Chain] (or [Default]) returns the twelve
-// gates G1–G12 in SPEC order:
+// gates G1–G12 in this order, the first stop winning:
 //
 //	G1  unavailable_group     ignored_unavailable_group      bot no longer in the group (a newer live event clears it)
 //	G2  bot_enabled           ignored_bot_disabled           bot switched off

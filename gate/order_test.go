@@ -14,7 +14,7 @@ import (
 )
 
 // TestDefaultChainOrder feeds one message that every one of the twelve
-// gates would stop. The first gate in SPEC order must win and be named;
+// gates would stop. The first gate in chain order must win and be named;
 // then its cause is removed and the next gate must win, down to G12, and
 // finally the message passes.
 func TestDefaultChainOrder(t *testing.T) {
@@ -74,7 +74,7 @@ func TestDefaultChainOrder(t *testing.T) {
 		require.NoError(t, err)
 		v := rules.Chain().Check(ctx, tr)
 		require.True(t, v.Stop, "step %d", i)
-		require.Equal(t, st.gate, v.Gate, "step %d: the first stopping gate in SPEC order wins", i)
+		require.Equal(t, st.gate, v.Gate, "step %d: the first stopping gate in chain order wins", i)
 		require.Equal(t, st.code, v.Code, "step %d", i)
 		require.NotEmpty(t, v.Reason)
 		st.fix()

@@ -11,7 +11,7 @@ import (
 	"github.com/personakit/persona/clock"
 )
 
-// Defaults of the gate policy (SPEC §11).
+// Defaults of the gate policy.
 const (
 	// DefaultStopWindow is how long a group stop silences unprompted
 	// replies.
@@ -232,7 +232,7 @@ type Quotas struct {
 	User int
 }
 
-// Policy is the per-bot reply policy. The zero Policy is the SPEC default:
+// Policy is the per-bot reply policy. The zero Policy is the default one:
 // enabled, every group open, nobody blocked, always active, no member
 // level, bot senders only on a direct trigger, every unprompted message
 // routed, no quota, answer questions on, chat-in low.

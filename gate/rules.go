@@ -101,9 +101,9 @@ func (ps *policies) anyQuota() bool {
 	return false
 }
 
-// Chain returns a new chain of the twelve deterministic gates in SPEC
-// order (G1–G12), named by the Name… constants. "Unprompted only" gates
-// (G10–G12) pass direct turns.
+// Chain returns a new chain of the twelve deterministic gates in their fixed
+// order (G1–G12, as listed in the package doc), named by the Name…
+// constants. "Unprompted only" gates (G10–G12) pass direct turns.
 func (r *Rules) Chain() Chain {
 	return Chain{
 		New(NameUnavailableGroup, r.unavailableGroup),

@@ -14,7 +14,7 @@ import (
 	"github.com/personakit/persona/clock"
 )
 
-// Defaults of CoordinatorConfig (SPEC §11).
+// Defaults of CoordinatorConfig.
 const (
 	// DefaultCheckpointEvery is how often the online checkpoint is saved.
 	DefaultCheckpointEvery = 30 * time.Second
@@ -58,10 +58,12 @@ const checkpointTimeout = 5 * time.Second
 // backfillLiveGrace is how recent a message a backfill run leaves to the
 // live path: one sent less than this before the run started may still be
 // on its way as a push, and a run that enqueued it first would keep it as
-// history only (§2.9 rule 5) when it arrives live a moment later. A later
-// run, or the gap rechecks, pick up such a message if its push never
-// comes; after the last scheduled run (+5 min) only the gap rechecks (group
-// chats with sequence numbers) or the next reconnect's runs do.
+// history only when it arrives live a moment later (a backfill run queues
+// for a reply only the newest few messages of a session that would have
+// triggered one directly). A later run, or the gap rechecks, pick up such
+// a message if its push never comes; after the last scheduled run
+// (+5 min) only the gap rechecks (group chats with sequence numbers) or
+// the next reconnect's runs do.
 const backfillLiveGrace = 10 * time.Second
 
 var (
@@ -76,7 +78,7 @@ var (
 )
 
 // CoordinatorConfig configures a Coordinator. Zero durations and counts
-// mean the SPEC defaults (the Default… constants and functions).
+// mean the defaults (the Default… constants and functions).
 type CoordinatorConfig struct {
 	// Bot is the checkpoint key, e.g. "<profile>/<platform>/<bot id>".
 	// Required.
@@ -184,9 +186,9 @@ func (cfg *CoordinatorConfig) applyDefaults() {
 }
 
 // Coordinator decides when the pipeline may claim work and pulls what the
-// bot missed (SPEC §2.7, §2.9, §2.11): it keeps the online checkpoint,
-// tracks whether the channel is effectively online (connected and the
-// account online), computes the replay cutoff on every reconnect, runs the
+// bot missed: it keeps the online checkpoint, tracks whether the channel
+// is effectively online (connected and the account online), computes the
+// replay cutoff on every reconnect, runs the
 // three reconnect backfills and the manual ones, and verifies sequence gaps
 // of group chats.
 //
@@ -645,9 +647,9 @@ func (n *counts) add(o counts) {
 	n.live += o.live
 }
 
-// backfill walks the listed chats one at a time (SPEC §2.9). Per-session
-// failures are collected and logged with backfill_failed; the next
-// scheduled run retries them.
+// backfill walks the listed chats one at a time. Per-session failures
+// are collected and logged with backfill_failed; the next scheduled run
+// retries them.
 func (c *Coordinator) backfill(ctx context.Context, p runParams) {
 	start := c.clk.Now()
 	runAttrs := []any{slog.Int("run", p.run.n), slog.Bool("manual", p.run.n == 0), slog.Time("cutoff", p.cutoff)}

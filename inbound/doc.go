@@ -20,8 +20,9 @@
 // only for the current lease holder and otherwise return [ErrLeaseLost]. An
 // expired lease is claimable again. A queue may hold a claim in memory and
 // store it with the lease's first operation ([Limits.HoldBelow],
-// [Lease.Held]); the pipeline extends such a lease, storing it, before a
-// turn's first model call.
+// [Lease.Held]) for a caller that asks for it. The pipeline asks for none:
+// every claim it makes is stored before any stage runs, so an attempt that
+// kills the process is still counted.
 //
 // Processing errors are retried with [RetryDelay] (5 s doubling, capped at 5
 // minutes); the fifth failed attempt completes the item as

@@ -113,7 +113,7 @@ func (c *Coordinator) noteSeq(ev *channel.Event) {
 	c.noteSeqLocked(ev)
 }
 
-// ObserveLive feeds one live event to sequence-gap detection (SPEC §2.11).
+// ObserveLive feeds one live event to sequence-gap detection.
 // The pipeline calls it for every live group event it accepted, the bot's
 // own echoes included (they keep the seq run contiguous). Events without a
 // Seq, private chats and notices are ignored; events from backfill, gap

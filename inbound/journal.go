@@ -18,7 +18,7 @@ import (
 	"github.com/personakit/persona/channel"
 )
 
-// Journal is the local write-failure journal (SPEC §2.8). When the durable
+// Journal is the local write-failure journal. When the durable
 // append to the Queue fails, the pipeline appends the item here and reports
 // the event as handled; a Replayer later moves the entries into the queue.
 type Journal interface {

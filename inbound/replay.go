@@ -11,7 +11,8 @@ import (
 	"github.com/personakit/persona/clock"
 )
 
-// Replay backoff (SPEC §2.8): 2 s doubling to 30 s, reset after a success.
+// Replay backoff of the journal: 2 s doubling to 30 s, reset after a
+// success.
 const (
 	DefaultReplayBase = 2 * time.Second
 	DefaultReplayCap  = 30 * time.Second

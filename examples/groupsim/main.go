@@ -75,7 +75,7 @@
 // # Policy file
 //
 // -config takes a JSON object; every field is optional and zero means the
-// SPEC default (gate.Policy and gate.GroupPolicy document each one).
+// default (gate.Policy and gate.GroupPolicy document each one).
 // Durations are strings such as "90s" or "1h". Unknown fields are errors.
 //
 //	{

@@ -61,7 +61,7 @@ type aliasKey struct {
 }
 
 // Aliaser maps real platform ids (users, groups, messages) to stable
-// per-session aliases and back (SPEC §4.4). An alias is the kind letter, an
+// per-session aliases and back. An alias is the kind letter, an
 // underscore and the first 8 base32 characters of HMAC-SHA256(secret,
 // kind‖0‖id), e.g. "u_k5x2mbqa". The same secret gives the same aliases on
 // every turn, so rendered history is byte-stable.
@@ -200,7 +200,7 @@ func NewAliaser(secret []byte) (*Aliaser, error) {
 }
 
 // User registers a user id as a known participant and returns its alias.
-// An empty id returns "".
+// An empty id and MentionAll return "".
 func (a *Aliaser) User(id string) string { return a.Alias(AliasUser, id) }
 
 // Group registers a group id and returns its alias.
@@ -209,9 +209,11 @@ func (a *Aliaser) Group(id string) string { return a.Alias(AliasGroup, id) }
 // Message registers a message id and returns its alias.
 func (a *Aliaser) Message(id string) string { return a.Alias(AliasMessage, id) }
 
-// Alias registers id under kind and returns its alias ("" for an empty id).
+// Alias registers id under kind and returns its alias ("" for an empty id
+// and for the user id MentionAll, which names no one: registered, the word
+// would be replaced wherever Text meets it).
 func (a *Aliaser) Alias(kind AliasKind, id string) string {
-	if id == "" {
+	if id == "" || kind == AliasUser && id == MentionAll {
 		return ""
 	}
 	k := aliasKey{kind, id}

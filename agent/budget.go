@@ -5,7 +5,7 @@ import (
 	"unicode/utf8"
 )
 
-// Token budget defaults (SPEC §4.3, §11).
+// Token budget defaults.
 const (
 	// DefaultContextWindow is the context window assumed when none is
 	// configured.
@@ -96,7 +96,7 @@ func EstimateMessage(m Message) int {
 	return n
 }
 
-// Budget is the token budget of one request (SPEC §4.3).
+// Budget is the token budget of one request.
 type Budget struct {
 	// Input is what the prompt may use: window − max output − SafetyTokens.
 	Input int

@@ -13,7 +13,7 @@ import (
 	"github.com/personakit/persona/clock"
 )
 
-// Defaults of the agent memory across turns (SPEC §5.7, §11).
+// Defaults of the agent memory across turns.
 const (
 	DefaultCarrySummaries = 12
 	DefaultCarryTTL       = 10 * time.Minute

@@ -13,7 +13,7 @@ import (
 	"github.com/personakit/persona/channel"
 )
 
-// Layer is the position of a block in the request (SPEC §4.2). Layers up to
+// Layer is the position of a block in the request. Layers up to
 // LayerHistory form the stable prefix before the cache breakpoint; the rest
 // change every turn.
 type Layer int
@@ -138,7 +138,10 @@ type ChatMessage struct {
 	// otherwise Text is.
 	Segments []channel.Segment
 	Text     string
-	// ReplyTo is the id of the quoted message ("" = none).
+	// ReplyTo is the id of the quoted message ("" = none); on the bot's own
+	// messages, the message its reply quoted. The request shows the quote
+	// only when it shows the quoted message (otherwise "replying to an
+	// earlier message", or no marker on the bot's messages).
 	ReplyTo string
 	// Parts are the message's images (used for the current message and
 	// same-turn candidates; history shows placeholders).
@@ -156,8 +159,8 @@ func ChatMessageFromEvent(ev *channel.Event, fromBot bool) ChatMessage {
 	}
 }
 
-// ToolExchange is one earlier tool call with its result (recent tool calls,
-// SPEC §5.7); it is one unit.
+// ToolExchange is one earlier tool call with its result (the recent tool
+// calls block); it is one unit.
 type ToolExchange struct {
 	Name      string
 	Arguments string
@@ -171,7 +174,8 @@ type Speaker struct {
 	Role channel.Role
 	// Owner marks the bot's owner.
 	Owner bool
-	// Aliases are the persona names the message matched.
+	// Aliases are the bot's names the message matched (rendered "…
+	// called you Mira and 米拉").
 	Aliases []string
 }
 
@@ -194,7 +198,16 @@ type ContextInput struct {
 	HistoryAnchor string
 	// Chat is the conversation (its id is aliased).
 	Chat channel.Chat
-	// Per-turn blocks, one unit per element, rendered in this order.
+	// BotID is the bot's own platform id in the chat; the system tail
+	// tells the model which alias is itself ("You are u_… in this
+	// group."). It is registered as a known user before the history.
+	BotID string
+	// Per-turn blocks, one unit per element, rendered in this order. Each
+	// element is one complete item (a fact, a snippet, a note) without
+	// bullet or title: a block has one title and renders every item as
+	// one "- " line (a leading "- ", "* " or "• " is taken off, line
+	// breaks inside an item are joined with spaces, blank items are left
+	// out). Memory holds the recalled facts and snippets this way.
 	PluginContext   []string
 	SessionState    []string
 	CoreMemory      []string
@@ -249,7 +262,8 @@ type ContextConfig struct {
 	HistoryCache int
 }
 
-// ContextBuilder assembles requests (SPEC §4.2, §4.3). It is safe for
+// ContextBuilder assembles requests: blocks in layer order (stable prefix
+// first), trimmed to the token budget. It is safe for
 // concurrent use; per-session state (the history anchor, the previous
 // prefix) is passed in and returned. The only state it keeps is a cache of
 // each session's last rendered history (ContextConfig.HistoryCache), which
@@ -327,28 +341,53 @@ func hasImages(msgs []Message) bool {
 }
 
 // Build assembles one turn's request.
+//
+// Blocks are rendered in an order of their own, then placed in request
+// order: the head; the history (which first registers the bot's id, then
+// its participants and messages); the summary; the candidates,
+// the current message and the speaker (registering the turn's
+// participants); then the per-turn blocks, so that the known user ids typed
+// in any text field are replaced alike wherever the participant appears.
 func (b *ContextBuilder) Build(in ContextInput) *Assembled {
 	r := renderer{al: in.Aliaser}
 	asm := &Assembled{Budget: b.budget}
+
+	head := b.headBlock(&in)
+	th := threads{curID: in.Current.ID, curBot: in.Current.FromBot}
+	hist := b.historyBlock(&in, &r, asm, &th)
+	var summary Block
+	if s := strings.TrimSpace(in.Summary); s != "" {
+		summary = Block{Name: BlockSummary, Layer: LayerSummary, Priority: PrioritySummary,
+			Title: "[Summary of the earlier conversation]", Units: lineUnits(splitLines(s), r.text),
+			MaxTokens: b.budget.Summary}
+		sum := sha256.Sum256([]byte(s))
+		asm.SummaryHash = hex.EncodeToString(sum[:8])
+	}
+	// The turn's participants first: ids typed in the candidates are
+	// aliased like those typed in the current message.
+	r.alias(AliasUser, in.Speaker.ID)
+	r.users(&in.Current)
+	for i := range in.Candidates {
+		r.users(&in.Candidates[i])
+	}
+	cands, hasCands := b.candidatesBlock(&in, &r, &th)
+	cur := b.currentBlock(&in, &r, asm, &th)
+	speaker := b.speakerText(&in, &r)
 
 	bp, _ := b.blockBufs.Get().(*[]Block)
 	if bp == nil {
 		bp = &[]Block{}
 	}
-	blocks := append(slices.Grow((*bp)[:0], 20), b.headBlock(in))
-	if s := strings.TrimSpace(in.Summary); s != "" {
-		blocks = append(blocks, Block{Name: BlockSummary, Layer: LayerSummary, Priority: PrioritySummary,
-			Title: "[Summary of the earlier conversation]", Units: lineUnits(splitLines(s), r.text),
-			MaxTokens: b.budget.Summary})
-		sum := sha256.Sum256([]byte(s))
-		asm.SummaryHash = hex.EncodeToString(sum[:8])
+	blocks := append(slices.Grow((*bp)[:0], 20), head)
+	if len(summary.Units) > 0 {
+		blocks = append(blocks, summary)
 	}
-	if hist := b.historyBlock(in, &r, asm); len(hist.Units) > 0 {
+	if len(hist.Units) > 0 {
 		blocks = append(blocks, hist)
 	}
-	blocks = b.turnBlocks(blocks, in, &r)
-	if blk, ok := b.candidatesBlock(in, &r); ok {
-		blocks = append(blocks, blk)
+	blocks = b.turnBlocks(blocks, &in, &r)
+	if hasCands {
+		blocks = append(blocks, cands)
 	}
 	if len(in.DependencyImages) > 0 {
 		units := make([]Unit, 0, len(in.DependencyImages))
@@ -358,8 +397,9 @@ func (b *ContextBuilder) Build(in ContextInput) *Assembled {
 		blocks = append(blocks, Block{Name: BlockDependencies, Layer: LayerDependencies, Priority: PriorityDependencies,
 			Role: RoleUser, Title: "[Images the current message refers to]", Units: units})
 	}
-	blocks = append(blocks, b.tailBlocks(in, &r)...)
-	blocks = append(blocks, b.currentBlock(in, &r, asm))
+	blocks = b.tailBlocks(blocks, &in, speaker)
+	blocks = append(blocks, cur)
+	th.curUnit = &blocks[len(blocks)-1].Units[0]
 
 	for _, x := range in.Extra {
 		blocks = placeBlock(blocks, x)
@@ -370,7 +410,7 @@ func (b *ContextBuilder) Build(in ContextInput) *Assembled {
 	slices.SortStableFunc(blocks, func(x, y Block) int { return cmp.Compare(x.Layer, y.Layer) })
 
 	b.measure(blocks)
-	b.trim(blocks, asm)
+	b.trim(blocks, asm, func() bool { return b.fixRefs(blocks, &in, &r, &th, asm) })
 	b.render(blocks, asm)
 	if b.cfg.Edit == nil { // Edit may keep the blocks
 		clear(blocks)
@@ -399,7 +439,7 @@ func placeBlock(blocks []Block, x Block) []Block {
 	return slices.Insert(blocks, at, x)
 }
 
-func (b *ContextBuilder) headBlock(in ContextInput) Block {
+func (b *ContextBuilder) headBlock(in *ContextInput) Block {
 	rules := cmp.Or(in.Rules, DefaultRules)
 	var sb strings.Builder
 	if p := strings.TrimSpace(in.Persona); p != "" {
@@ -436,14 +476,59 @@ func lineUnits(lines []string, f func(string) string) []Unit {
 	return units
 }
 
-// turnBlocks appends the per-turn blocks to out.
-func (b *ContextBuilder) turnBlocks(out []Block, in ContextInput, r *renderer) []Block {
+// item returns a per-turn block's item as one flat line: trimmed, without
+// a leading list marker, its line breaks joined with spaces ("" when
+// blank).
+func item(s string) string {
+	s = strings.TrimSpace(s)
+	if s != "" && (s[0] == '-' || s[0] == '*' || s[0] == 0xe2) { // "•" is e2 80 a2
+		for _, mark := range [...]string{"-", "*", "•"} {
+			if rest, ok := strings.CutPrefix(s, mark); ok && (rest == "" || rest[0] == ' ' || rest[0] == '\t') {
+				s = strings.TrimSpace(rest)
+				break
+			}
+		}
+	}
+	if strings.IndexByte(s, '\n') < 0 && strings.IndexByte(s, '\r') < 0 {
+		return s
+	}
+	var sb strings.Builder
+	sb.Grow(len(s))
+	for l := range strings.FieldsFuncSeq(s, func(c rune) bool { return c == '\n' || c == '\r' }) {
+		if l = strings.TrimSpace(l); l != "" {
+			if sb.Len() > 0 {
+				sb.WriteByte(' ')
+			}
+			sb.WriteString(l)
+		}
+	}
+	return sb.String()
+}
+
+// bulletUnits renders items as "- " lines, one unit each, with known user
+// ids aliased; blank items are left out.
+func bulletUnits(items []string, r *renderer) []Unit {
+	var units []Unit
+	for _, s := range items {
+		if s = item(s); s == "" {
+			continue
+		}
+		if units == nil {
+			units = make([]Unit, 0, len(items))
+		}
+		units = append(units, Unit{Text: "- " + r.text(s)})
+	}
+	return units
+}
+
+// turnBlocks appends the per-turn blocks to out: each has one title and
+// one "- " line per item (see ContextInput).
+func (b *ContextBuilder) turnBlocks(out []Block, in *ContextInput, r *renderer) []Block {
 	type spec struct {
 		name, title string
 		prio, max   int
 		items       []string
 	}
-	bullet := func(s string) string { return "- " + r.text(s) }
 	specs := [...]spec{
 		{BlockPluginContext, "[Plugin context]", PriorityPluginContext, 0, in.PluginContext},
 		{BlockSessionState, "[Session state]", PrioritySessionState, 0, in.SessionState},
@@ -456,16 +541,15 @@ func (b *ContextBuilder) turnBlocks(out []Block, in ContextInput, r *renderer) [
 		{BlockRecentSources, "[Recent sources]", PriorityRecentSources, 0, in.RecentSources},
 	}
 	for _, s := range specs {
-		if len(s.items) == 0 {
-			continue
+		if units := bulletUnits(s.items, r); len(units) > 0 {
+			out = append(out, Block{Name: s.name, Layer: LayerTurn, Priority: s.prio, Title: s.title,
+				Units: units, MaxTokens: s.max})
 		}
-		out = append(out, Block{Name: s.name, Layer: LayerTurn, Priority: s.prio, Title: s.title,
-			Units: lineUnits(s.items, bullet), MaxTokens: s.max})
 	}
 	if len(in.RecentToolCalls) > 0 {
 		units := make([]Unit, 0, len(in.RecentToolCalls))
 		for _, tc := range in.RecentToolCalls {
-			units = append(units, Unit{Text: "- " + r.text(tc.Name+" "+tc.Arguments) + " → " + r.text(tc.Result)})
+			units = append(units, Unit{Text: "- " + r.text(item(tc.Name+" "+tc.Arguments)) + " → " + r.text(item(tc.Result))})
 		}
 		out = append(out, Block{Name: BlockRecentToolCalls, Layer: LayerTurn, Priority: PriorityRecentToolCalls,
 			Title: "[Your recent tool calls]", Units: units})
@@ -473,47 +557,93 @@ func (b *ContextBuilder) turnBlocks(out []Block, in ContextInput, r *renderer) [
 	return out
 }
 
-func (b *ContextBuilder) candidatesBlock(in ContextInput, r *renderer) (Block, bool) {
+// candidatesBlock renders the same-turn candidates; their quotes are
+// resolved among the shown history, the candidates and the current
+// message.
+func (b *ContextBuilder) candidatesBlock(in *ContextInput, r *renderer, th *threads) (Block, bool) {
+	th.cands = in.Candidates
 	if len(in.Candidates) == 0 {
 		return Block{}, false
 	}
 	units := make([]Unit, 0, len(in.Candidates))
+	th.candRefs = make([]refKind, len(in.Candidates))
 	for i := range in.Candidates {
 		c := &in.Candidates[i]
-		units = append(units, Unit{Text: r.line(c), Parts: c.Parts})
+		th.candRefs[i] = th.find(c.ReplyTo, i)
+		units = append(units, Unit{Text: r.line(c, th.candRefs[i]), Parts: c.Parts})
 	}
+	th.candUnits = units
 	return Block{Name: BlockCandidates, Layer: LayerCandidates, Priority: PriorityCandidates, Role: RoleUser,
 		Title: "[Same turn]", Units: units}, true
 }
 
-func (b *ContextBuilder) tailBlocks(in ContextInput, r *renderer) []Block {
-	out := make([]Block, 0, 3)
+// speakerText renders the system tail: which alias is the bot, the chat,
+// and who sent the current message (and which of the bot's names they
+// used).
+func (b *ContextBuilder) speakerText(in *ContextInput, r *renderer) string {
 	var sb strings.Builder
+	bot := r.alias(AliasUser, in.BotID)
+	switch in.Chat.Kind {
+	case channel.Group:
+		if bot != "" {
+			sb.WriteString("You are " + bot + " in this group")
+		} else {
+			sb.WriteString("This is a group chat")
+		}
+		if g := r.alias(AliasGroup, in.Chat.ID); g != "" {
+			sb.WriteString(" (" + g + ")")
+		}
+		sb.WriteString(".\n")
+	case channel.Private:
+		if bot != "" {
+			sb.WriteString("You are " + bot + " in this private chat.\n")
+		} else {
+			sb.WriteString("This is a private chat.\n")
+		}
+	default:
+		if bot != "" {
+			sb.WriteString("You are " + bot + " in this chat.\n")
+		}
+	}
 	sb.WriteString("Speaker: ")
 	sb.WriteString(r.name(in.Speaker.ID, in.Speaker.Name))
-	if in.Speaker.Role != "" {
-		sb.WriteString(", ")
-		sb.WriteString(string(in.Speaker.Role))
+	switch role := in.Speaker.Role; role {
+	case "", channel.RoleMember:
+	case channel.RoleOwner, channel.RoleAdmin:
+		sb.WriteString(", group " + string(role))
+	default:
+		sb.WriteString(", " + r.text(string(role)))
 	}
 	if in.Speaker.Owner {
 		sb.WriteString(", your owner")
 	}
-	if len(in.Speaker.Aliases) > 0 {
-		sb.WriteString("; called you ")
-		sb.WriteString(r.text(strings.Join(in.Speaker.Aliases, ", ")))
-	}
-	if in.Chat.ID != "" {
-		switch in.Chat.Kind {
-		case channel.Group:
-			sb.WriteString("; group")
-			if g := r.alias(AliasGroup, in.Chat.ID); g != "" {
-				sb.WriteString(" " + g)
-			}
-		case channel.Private:
-			sb.WriteString("; private chat")
+	sb.WriteByte('.')
+	var names []string
+	for _, a := range in.Speaker.Aliases {
+		if a = strings.TrimSpace(r.text(a)); a != "" && !slices.Contains(names, a) {
+			names = append(names, a)
 		}
 	}
-	out = append(out, Block{Name: BlockSpeaker, Layer: LayerTail, Priority: PrioritySpeaker, Units: []Unit{{Text: sb.String()}}})
+	for i, n := range names {
+		switch {
+		case i == 0:
+			sb.WriteString(" They called you ")
+		case i == len(names)-1:
+			sb.WriteString(" and ")
+		default:
+			sb.WriteString(", ")
+		}
+		sb.WriteString(n)
+	}
+	if len(names) > 0 {
+		sb.WriteByte('.')
+	}
+	return sb.String()
+}
+
+// tailBlocks appends the speaker, clock and decoration blocks to out.
+func (b *ContextBuilder) tailBlocks(out []Block, in *ContextInput, speaker string) []Block {
+	out = append(out, Block{Name: BlockSpeaker, Layer: LayerTail, Priority: PrioritySpeaker, Units: []Unit{{Text: speaker}}})
 	if !in.Now.IsZero() {
 		zone := cmp.Or(in.Zone, time.UTC)
 		out = append(out, Block{Name: BlockClock, Layer: LayerClock, Priority: PriorityClock,
@@ -525,19 +655,34 @@ func (b *ContextBuilder) tailBlocks(in ContextInput, r *renderer) []Block {
 	return out
 }
 
-func (b *ContextBuilder) currentBlock(in ContextInput, r *renderer, asm *Assembled) Block {
-	cur := in.Current
-	text := r.body(&cur)
+func (b *ContextBuilder) currentBlock(in *ContextInput, r *renderer, asm *Assembled, th *threads) Block {
+	th.curRef = th.find(in.Current.ReplyTo, selfCurrent)
+	return Block{Name: BlockCurrent, Layer: LayerCurrent, Priority: PriorityRequired, Role: RoleUser,
+		Units: []Unit{{Text: b.currentLine(in, r, th.curRef, asm), Parts: in.Current.Parts}}}
+}
+
+// currentLine renders the current message with its quote resolved as ref.
+func (b *ContextBuilder) currentLine(in *ContextInput, r *renderer, ref refKind, asm *Assembled) string {
+	cur := &in.Current
+	header := r.header(cur, ref)
+	text := r.body(cur, false)
 	if n := utf8.RuneCountInString(text); n > b.cfg.MaxInputChars {
 		text = clipRunes(text, b.cfg.MaxInputChars) + "…"
 		asm.TruncatedCurrent = true
 	}
-	line := "[current] " + r.header(&cur) + text
-	if t := strings.TrimSpace(cur.Transcript); t != "" {
-		line += "\n[voice transcript] " + r.text(clipRunes(t, b.cfg.MaxInputChars))
+	var sb strings.Builder
+	sb.Grow(len("[current] ") + len(header) + 1 + len(text) + len(cur.Transcript) + 24)
+	sb.WriteString("[current] ")
+	sb.WriteString(header)
+	if text != "" {
+		sb.WriteByte(' ')
+		sb.WriteString(text)
 	}
-	return Block{Name: BlockCurrent, Layer: LayerCurrent, Priority: PriorityRequired, Role: RoleUser,
-		Units: []Unit{{Text: line, Parts: cur.Parts}}}
+	if t := strings.TrimSpace(cur.Transcript); t != "" {
+		sb.WriteString("\n[voice transcript] ")
+		sb.WriteString(r.text(clipRunes(t, b.cfg.MaxInputChars)))
+	}
+	return sb.String()
 }
 
 func clipRunes(s string, n int) string {
@@ -608,8 +753,10 @@ func blockTokens(bl *Block) int {
 
 // trim applies the block caps, then removes units by ascending priority
 // until the request fits the input budget; the current message's text is
-// shortened last.
-func (b *ContextBuilder) trim(blocks []Block, asm *Assembled) {
+// shortened last. When units went, fix renders again the quotes of
+// messages that are no longer shown (and trimming goes on if that made the
+// request larger).
+func (b *ContextBuilder) trim(blocks []Block, asm *Assembled, fix func() bool) {
 	drop := func(bl *Block) {
 		if bl.TrimOldest {
 			bl.Units = bl.Units[1:]
@@ -631,28 +778,43 @@ func (b *ContextBuilder) trim(blocks []Block, asm *Assembled) {
 		}
 		total += blockTokens(bl)
 	}
-	if total > b.budget.Input {
-		order := make([]int, 0, len(blocks))
-		for i := range blocks {
-			if blocks[i].Priority < PriorityRequired {
-				order = append(order, i)
+	var order []int
+	for {
+		if total > b.budget.Input {
+			if order == nil {
+				order = make([]int, 0, len(blocks))
+				for i := range blocks {
+					if blocks[i].Priority < PriorityRequired {
+						order = append(order, i)
+					}
+				}
+				slices.SortStableFunc(order, func(x, y int) int { return cmp.Compare(blocks[x].Priority, blocks[y].Priority) })
 			}
-		}
-		slices.SortStableFunc(order, func(x, y int) int { return cmp.Compare(blocks[x].Priority, blocks[y].Priority) })
-		for _, i := range order {
-			bl := &blocks[i]
-			for total > b.budget.Input && len(bl.Units) > 0 {
-				before := blockTokens(bl)
-				drop(bl)
-				total -= before - blockTokens(bl)
-				if bl.Name == BlockHistory {
-					asm.HistoryTurns--
-					asm.DroppedTurns++
+			for _, i := range order {
+				bl := &blocks[i]
+				for total > b.budget.Input && len(bl.Units) > 0 {
+					before := blockTokens(bl)
+					drop(bl)
+					total -= before - blockTokens(bl)
+					if bl.Name == BlockHistory {
+						asm.HistoryTurns--
+						asm.DroppedTurns++
+					}
+				}
+				if total <= b.budget.Input {
+					break
 				}
 			}
-			if total <= b.budget.Input {
-				break
-			}
+		}
+		if fix == nil || (asm.Trimmed == nil && b.cfg.Edit == nil) || !fix() {
+			break
+		}
+		total = 0
+		for i := range blocks {
+			total += blockTokens(&blocks[i])
+		}
+		if total <= b.budget.Input {
+			break
 		}
 	}
 	if total > b.budget.Input {

@@ -18,12 +18,14 @@ const DefaultHistoryCache = 256
 // next turn registers those again and renders only what is new.
 //
 // A message renders the same whenever it is the same message (every field
-// renderer.message reads, see sameRendered) and the Aliaser is in the same
-// state when its rendering starts: the aliases it registers come out the
-// same (Aliaser.replay checks each), and the ids Text replaces are the
-// known users (the same at the start of the history when their userMark
-// is; after that the same registrations give the same users). A reused
-// message therefore reads exactly as it would if rendered again.
+// renderer.message reads, see sameRendered), the messages before it are the
+// same (its quote is resolved among them, see histRef) and the Aliaser is
+// in the same state when its rendering starts: the aliases it registers
+// come out the same (Aliaser.replay checks each), and the ids Text replaces
+// are the known users (the same at the start of the history when their
+// userMark is; after that the same registrations give the same users). The
+// cache reuses only a run of equal messages from the first on, so a reused
+// message reads exactly as it would if rendered again.
 type historyCache struct {
 	max int
 	mu  sync.Mutex
@@ -36,6 +38,8 @@ type historyCache struct {
 // its new messages in place, behind them.
 type historyRender struct {
 	start userMark // the Aliaser's users before the first message
+	// bot is the bot's id, registered before the first message.
+	bot string
 	// after, when the Aliaser had nothing registered before the first
 	// message, is what it had registered after the last one.
 	after   *aliasLayer
@@ -87,39 +91,44 @@ func (c *historyCache) put(key string, h *historyRender) {
 	c.m[key] = h
 }
 
-// sameRendered reports whether a and b render alike: they agree in every
-// field renderer.message reads. (TestSameRenderedCoversChatMessage fails
+// sameRendered reports whether a and b render alike after equal messages:
+// they agree in every field renderer.message and histRef read. (TestSameRenderedCoversChatMessage fails
 // when ChatMessage gains a field, so that this list is looked at again.)
 func sameRendered(a, b *ChatMessage) bool {
 	return a.ID == b.ID && a.SenderID == b.SenderID && a.SenderName == b.SenderName && a.FromBot == b.FromBot &&
 		a.Text == b.Text && a.ReplyTo == b.ReplyTo && slices.Equal(a.Segments, b.Segments)
 }
 
-// renderHistory renders msgs (rendered[i], tokens[i]) with r, reusing the
-// session's last rendering where it still holds (see historyCache), and
-// stores this one for the next turn. The returned slices may be shared
-// with the cache: the caller must not change their elements.
-func (b *ContextBuilder) renderHistory(msgs []ChatMessage, r *renderer) (rendered []Message, tokens []int) {
+// renderHistory registers the bot's id (bot), then renders msgs
+// (rendered[i], tokens[i]) with r, reusing the session's last rendering
+// where it still holds (see historyCache), and stores this one for the
+// next turn. The returned slices may be shared with the cache: the caller
+// must not change their elements.
+func (b *ContextBuilder) renderHistory(msgs []ChatMessage, bot string, r *renderer) (rendered []Message, tokens []int) {
 	if b.hist == nil || r.al == nil {
+		r.alias(AliasUser, bot)
 		rendered, tokens = make([]Message, len(msgs)), make([]int, len(msgs))
 		for i := range msgs {
-			rendered[i], tokens[i] = b.renderMessage(r, &msgs[i], nil)
+			rendered[i], tokens[i] = b.renderMessage(r, &msgs[i], histRef(msgs, 0, i), nil)
 		}
 		return rendered, tokens
 	}
 	key := string(r.al.secret)
 	fresh := r.al.empty()
-	next := &historyRender{start: r.al.userMark()}
+	next := &historyRender{start: r.al.userMark(), bot: bot}
 	done := 0
-	if prev := b.hist.get(key); prev != nil && prev.start == next.start {
+	if prev := b.hist.get(key); prev != nil && prev.start == next.start && prev.bot == bot {
 		same := 0
 		for same < min(len(prev.msgs), len(msgs)) && sameRendered(&prev.msgs[same], &msgs[same]) {
 			same++
 		}
 		if fresh && same == len(prev.msgs) && prev.after != nil && r.al.setBase(prev.after) {
 			// Every message as before, from the same (empty) start: the
-			// registrations are exactly those of the last rendering.
+			// registrations (the bot's among them) are exactly those of
+			// the last rendering.
 			done = same
+		} else {
+			r.alias(AliasUser, bot)
 		}
 		hint := 0
 		for _, g := range prev.regs[done:same] {
@@ -141,6 +150,7 @@ func (b *ContextBuilder) renderHistory(msgs []ChatMessage, r *renderer) (rendere
 		}
 	}
 	if next.msgs == nil {
+		r.alias(AliasUser, bot)
 		// Room for the messages of the next few turns.
 		n := len(msgs) + 16
 		next.msgs, next.out, next.tokens, next.regs =
@@ -148,7 +158,7 @@ func (b *ContextBuilder) renderHistory(msgs []ChatMessage, r *renderer) (rendere
 	}
 	for i := done; i < len(msgs); i++ {
 		var regs []aliasReg
-		out, n := b.renderMessage(r, &msgs[i], &regs)
+		out, n := b.renderMessage(r, &msgs[i], histRef(msgs, 0, i), &regs)
 		next.msgs = append(next.msgs, msgs[i])
 		next.out = append(next.out, out)
 		next.tokens = append(next.tokens, n)
@@ -163,11 +173,12 @@ func (b *ContextBuilder) renderHistory(msgs []ChatMessage, r *renderer) (rendere
 	return next.out[:len(msgs):len(msgs)], next.tokens[:len(msgs):len(msgs)]
 }
 
-// renderMessage renders one history message and counts its tokens; with
-// regs set it records the registrations in *regs.
-func (b *ContextBuilder) renderMessage(r *renderer, m *ChatMessage, regs *[]aliasReg) (Message, int) {
+// renderMessage renders one history message with its quote resolved as
+// ref and counts its tokens; with regs set it records the registrations in
+// *regs.
+func (b *ContextBuilder) renderMessage(r *renderer, m *ChatMessage, ref refKind, regs *[]aliasReg) (Message, int) {
 	r.regs = regs
-	msg := r.message(m)
+	msg := r.message(m, ref)
 	r.regs = nil
 	if b.cfg.Counter != nil {
 		return msg, b.cfg.Counter.CountTokens(msg)

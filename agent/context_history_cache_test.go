@@ -68,29 +68,84 @@ func (s *cacheSession) evolve() {
 		g.history = slices.Clone(g.history)
 		g.nextID++
 		g.history[i].ID = strconv.Itoa(g.nextID)
+	case r == 9 && len(g.history) > 0: // a bot message's quote is learned (or lost)
+		i := recent()
+		g.history = slices.Clone(g.history)
+		if g.history[i].ReplyTo != "" {
+			g.history[i].ReplyTo = ""
+		} else {
+			g.history[i].ReplyTo = g.history[g.rng.IntN(len(g.history))].ID
+		}
 	}
 	for range 1 + g.rng.IntN(3) {
 		m := g.userMessage()
-		if g.rng.IntN(4) == 0 {
+		switch g.rng.IntN(8) {
+		case 0, 1:
 			u := g.users[g.rng.IntN(len(g.users))]
 			m.Segments = []channel.Segment{channel.Mention(u.ID), channel.Text(m.Text), channel.Image(channel.Media{})}
+		case 2: // a quote of an old message, often outside the window
+			if len(g.history) > 0 {
+				m.ReplyTo = g.history[g.rng.IntN(max(len(g.history)/4, 1))].ID
+			}
+		case 3: // a quote of a message never shown
+			m.ReplyTo = "gone-" + strconv.Itoa(g.rng.IntN(5))
+		case 4: // everyone
+			m.Segments = []channel.Segment{channel.Text(m.Text + " "), channel.Mention(agent.MentionAll), channel.Text(" ok?")}
 		}
 		g.history = append(g.history, m)
 		if g.rng.IntN(2) == 0 {
-			g.history = append(g.history, g.botMessage("sure, "+g.text()))
+			// The bot's reply quotes what it answered, sometimes an older
+			// message or one never shown.
+			b := g.botMessage("sure, " + g.text())
+			switch g.rng.IntN(6) {
+			case 0:
+			case 1:
+				b.ReplyTo = g.history[g.rng.IntN(len(g.history))].ID
+			case 2:
+				b.ReplyTo = "gone-" + strconv.Itoa(g.rng.IntN(5))
+			default:
+				b.ReplyTo = m.ID
+			}
+			if g.rng.IntN(5) == 0 {
+				b.Segments = []channel.Segment{channel.Mention(m.SenderID), channel.Text(" " + b.Text)}
+			}
+			g.history = append(g.history, b)
 		}
 	}
 }
 
 // buildPair builds the turn's request with both builders, each with its
 // own Aliaser of the session's secret; when preUsers, both Aliasers first
-// know some participants (as the memory block registers them).
-func buildPair(t *testing.T, cached, plain *agent.ContextBuilder, s *cacheSession, preUsers []string) (*agent.Assembled, *agent.Assembled, *agent.Aliaser, *agent.Aliaser) {
+// know some participants (as the memory block registers them). With
+// extras the turn has same-turn candidates and memory, and its messages
+// quote messages of the history.
+func buildPair(t *testing.T, cached, plain *agent.ContextBuilder, s *cacheSession, preUsers []string, extras bool) (*agent.Assembled, *agent.Assembled, *agent.Aliaser, *agent.Aliaser) {
 	t.Helper()
 	cur := s.g.userMessage()
 	in := benchInput(s.g, cur)
 	in.History = s.g.history
 	in.HistoryAnchor = s.anchor
+	if s.g.rng.IntN(12) != 0 { // now and then the bot's id is not known
+		in.BotID = "999"
+	}
+	if extras {
+		quote := func() string {
+			if len(s.g.history) == 0 || s.g.rng.IntN(4) == 0 {
+				return ""
+			}
+			return s.g.history[s.g.rng.IntN(len(s.g.history))].ID
+		}
+		for range s.g.rng.IntN(3) {
+			c := s.g.userMessage()
+			c.ReplyTo = quote()
+			in.Candidates = append(in.Candidates, c)
+		}
+		in.Current.ReplyTo = quote()
+		if len(in.Candidates) > 0 && s.g.rng.IntN(3) == 0 {
+			in.Current.ReplyTo = in.Candidates[0].ID
+		}
+		in.Memory = s.g.memory(s.g.rng.IntN(6))
+	}
 	var out [2]*agent.Assembled
 	var als [2]*agent.Aliaser
 	for i, b := range []*agent.ContextBuilder{cached, plain} {
@@ -106,10 +161,11 @@ func buildPair(t *testing.T, cached, plain *agent.ContextBuilder, s *cacheSessio
 }
 
 // requireSameBuild fails unless the two builds are the same request with
-// the same Aliaser state.
+// the same Aliaser state, whose references are all to messages it shows.
 func requireSameBuild(t *testing.T, step int, a, b *agent.Assembled, al, bl *agent.Aliaser) {
 	t.Helper()
 	require.Equal(t, b.Messages, a.Messages, "step %d", step)
+	requireRefsShown(t, a.Messages, "step %d", step)
 	require.Equal(t, b.PrefixHash, a.PrefixHash, "step %d", step)
 	require.Equal(t, [5]any{b.HistoryAnchor, b.EpochAdvanced, b.HistoryTurns, b.DroppedTurns, b.Tokens},
 		[5]any{a.HistoryAnchor, a.EpochAdvanced, a.HistoryTurns, a.DroppedTurns, a.Tokens}, "step %d", step)
@@ -161,7 +217,7 @@ func TestHistoryCacheBuildsTheSameRequests(t *testing.T) {
 				preUsers = append(preUsers, s.g.users[rng.IntN(len(s.g.users))].ID)
 			}
 		}
-		a, b, al, bl := buildPair(t, cached, plain, s, preUsers)
+		a, b, al, bl := buildPair(t, cached, plain, s, preUsers, false)
 		requireSameBuild(t, step, a, b, al, bl)
 		if a.EpochAdvanced {
 			advanced++
@@ -172,6 +228,39 @@ func TestHistoryCacheBuildsTheSameRequests(t *testing.T) {
 	}
 	require.Greater(t, advanced, 10, "the window moved")
 	require.Greater(t, pre, 100)
+}
+
+// The same with a budget so tight that the oldest history turns and the
+// candidates are trimmed most turns: the quotes of what is left are
+// rendered again alike, and no reference names a message the request lost.
+func TestHistoryCacheBuildsTheSameRequestsWhenTrimmed(t *testing.T) {
+	cfg := agent.ContextConfig{ContextWindow: 2100, MaxOutput: 500}
+	cached := agent.NewContextBuilder(cfg)
+	cfg.HistoryCache = -1
+	plain := agent.NewContextBuilder(cfg)
+	sessions := make([]*cacheSession, 2)
+	for i := range sessions {
+		sessions[i] = &cacheSession{g: newGroupChat(uint64(60 + i)), secret: []byte("trimmed session secret " + strconv.Itoa(i))}
+	}
+	rng := rand.New(rand.NewPCG(3, 4))
+	trimmed, earlier := 0, 0
+	for step := range 600 {
+		s := sessions[rng.IntN(len(sessions))]
+		s.evolve()
+		a, b, al, bl := buildPair(t, cached, plain, s, nil, true)
+		requireSameBuild(t, step, a, b, al, bl)
+		if a.Trimmed[agent.BlockHistory] > 0 {
+			trimmed++
+		}
+		for _, m := range a.Messages {
+			earlier += strings.Count(m.Content, "replying to an earlier message")
+		}
+		if rng.IntN(10) != 0 {
+			s.anchor = a.HistoryAnchor
+		}
+	}
+	require.Greater(t, trimmed, 200, "the budget trimmed the history")
+	require.Greater(t, earlier, 200)
 }
 
 // Turns of one session built at once share the cache safely and each gets
@@ -189,7 +278,7 @@ func TestHistoryCacheConcurrentTurns(t *testing.T) {
 			g.rng = rand.New(rand.NewPCG(uint64(round), 9))
 			ts := &cacheSession{g: &g, secret: s.secret, anchor: s.anchor}
 			wg.Go(func() {
-				a, b, al, bl := buildPair(t, cached, plain, ts, nil)
+				a, b, al, bl := buildPair(t, cached, plain, ts, nil, round%2 == 0)
 				requireSameBuild(t, round, a, b, al, bl)
 			})
 		}

@@ -8,7 +8,8 @@ import (
 )
 
 // PrefixState is what a session remembers of its previous request's stable
-// prefix to check the next one (SPEC §4.2).
+// prefix to check the next one (the prefix may change only when the
+// history window or the summary moved).
 type PrefixState struct {
 	// Len is the prefix length in canonical bytes; Hash its hex SHA-256.
 	Len  int

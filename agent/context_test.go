@@ -321,5 +321,14 @@ func TestChatMessageFromEvent(t *testing.T) {
 	al := newAliaser(t, testSecret)
 	asm := agent.NewContextBuilder(agent.ContextConfig{}).Build(agent.ContextInput{Current: cm, Aliaser: al})
 	last := asm.Messages[len(asm.Messages)-1].Content
+	require.Equal(t, "[current] ["+al.Message("m1")+"] Ann ("+al.User("42")+") replying to an earlier message: hey @"+al.User("43")+" look[image]", last,
+		"m0 is not in the request")
+	_, _, known := al.Lookup(newAliaser(t, testSecret).Message("m0"))
+	require.False(t, known, "an id the request does not show is not registered")
+
+	al = newAliaser(t, testSecret)
+	asm = agent.NewContextBuilder(agent.ContextConfig{}).Build(agent.ContextInput{Current: cm, Aliaser: al,
+		History: []agent.ChatMessage{{ID: "m0", SenderID: "43", SenderName: "Bob", Time: t0.Add(-time.Minute), Text: "look at this"}}})
+	last = asm.Messages[len(asm.Messages)-1].Content
 	require.Equal(t, "[current] ["+al.Message("m1")+"] Ann ("+al.User("42")+") replying to "+al.Message("m0")+": hey @"+al.User("43")+" look[image]", last)
 }

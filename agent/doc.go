@@ -22,8 +22,8 @@
 //
 // # The agent loop
 //
-// [Loop] is the default tool-loop [Runner] (SPEC §5). [NewLoop] takes a
-// [LoopConfig] whose zero fields are the SPEC defaults; the pipeline calls
+// [Loop] is the default tool-loop [Runner]. [NewLoop] takes a
+// [LoopConfig] whose zero fields are the defaults below; the pipeline calls
 // [Loop.RunLoop] with a [LoopInput] (the [RunInput] plus session key, group
 // flag, permission tiers, switched-off tools, the current message text, the
 // say callback, "evidence required", the image-job probe and the request

@@ -13,7 +13,7 @@ import (
 	"github.com/personakit/persona/clock"
 )
 
-// Defaults of the agent loop (SPEC §5.2, §11).
+// Defaults of the agent loop.
 const (
 	DefaultSteps           = 20
 	MaxSteps               = 32
@@ -81,7 +81,8 @@ const (
 	FallbackDigest      = "digest"
 )
 
-// LoopConfig configures a [Loop]. Every zero field takes the SPEC default.
+// LoopConfig configures a [Loop]. Every zero field takes the default of the
+// matching Default… constant.
 type LoopConfig struct {
 	// Registry holds the embedder's tools (nil = built-in tools only).
 	Registry *Registry
@@ -130,7 +131,9 @@ type LoopConfig struct {
 	Snapshots   SnapshotStore
 	SnapshotTTL time.Duration
 
-	// Texts of the empty-generation fallbacks (SPEC §4.6).
+	// Texts of the empty-generation fallbacks: the lines sent when a run
+	// ends without usable text (a pause, a refusal, a queued image, or
+	// nothing at all).
 	FallbackText    string
 	RefusalText     string
 	PauseText       string
@@ -141,7 +144,8 @@ type LoopConfig struct {
 	LineMarker string
 }
 
-// Loop is the default agent [Runner]: the tool loop of SPEC §5. It is safe
+// Loop is the default agent [Runner]: the tool loop described in the
+// package doc ("The agent loop"). It is safe
 // for concurrent use; each run keeps its own state.
 type Loop struct {
 	cfg LoopConfig

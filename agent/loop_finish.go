@@ -18,7 +18,8 @@ type candidate struct {
 	finalize      bool
 }
 
-// finishCandidate runs the finish checks (SPEC §5.6). It returns the result
+// finishCandidate runs the finish checks (silence, line breaks, evidence,
+// links, protocol words, empty text; each repaired once). It returns the result
 // when the candidate is accepted, a forced-finish reason when the run must
 // be forced to finish, or neither after a repair message was appended.
 func (r *run) finishCandidate(ctx context.Context, c candidate, asst Message, callID string) (*LoopResult, FinishReason) {
@@ -187,8 +188,9 @@ func (r *run) accept(c candidate) *LoopResult {
 	return r.result(cutRunes(text, r.maxChars), "", false)
 }
 
-// fallback is the empty-generation fallback chain (SPEC §4.6), with the
-// evidence digest of a failed forced finish (SPEC §5.5) when digest is set.
+// fallback is the empty-generation fallback chain (pause line, refusal
+// text, queued-image line, silence after say, the fallback text), with the
+// evidence digest of a failed forced finish when digest is set.
 func (r *run) fallback(raw string, digest bool) *LoopResult {
 	switch {
 	case strings.Contains(raw, MarkerPause):
@@ -240,7 +242,7 @@ func (r *run) result(text, fallback string, silent bool) *LoopResult {
 	}
 }
 
-// forced is the forced finish (SPEC §5.5): only agent_finalize is offered,
+// forced is the forced finish: only agent_finalize is offered,
 // forced, under the request deadline; if that fails, the evidence digest,
 // else the fallback line.
 func (r *run) forced(ctx context.Context, reason FinishReason) (*LoopResult, error) {

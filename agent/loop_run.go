@@ -166,7 +166,8 @@ func (r *run) request(tools []ToolSpec, choice string) Request {
 
 func (r *run) now() time.Time { return r.l.clk.Now() }
 
-// loop is SPEC §5.4.
+// loop is the step loop: each step the model either calls one tool or
+// finishes (see the package doc, "The agent loop").
 func (r *run) loop(ctx context.Context) (*LoopResult, error) {
 	for {
 		if cancelled(ctx) {
@@ -352,8 +353,9 @@ func (r *run) budget() string {
 	return fmt.Sprintf("\n[budget: %d steps left, %s left, %d repairs left]", max(r.maxSteps-r.steps, 0), left, max(r.l.cfg.Repairs-r.failures, 0))
 }
 
-// step runs the pre-execution checks of SPEC §5.4 and, when they pass, the
-// tool. failed names the failed check ("" = the call ran).
+// step runs the pre-execution checks (loaded and valid arguments, known
+// and permitted, lossless coercion, confirmation code, repeat, quotas; see
+// the package doc) and, when they pass, the tool. failed names the failed check ("" = the call ran).
 func (r *run) step(ctx context.Context, tc ToolCall) (obs, failed string) {
 	name := strings.TrimSpace(tc.Name)
 	args := tc.Arguments

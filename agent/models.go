@@ -2,8 +2,8 @@ package agent
 
 import "context"
 
-// Models routes each call to the model group for its purpose (SPEC §4.5,
-// §5.1) and implements Model itself, so it can be passed wherever one model
+// Models routes each call to the model group for its purpose (chat,
+// vision, router, audit, …) and implements Model itself, so it can be passed wherever one model
 // is expected. Every nil group falls back to Chat.
 //
 //   - a request with image parts goes to Vision when Vision is set;

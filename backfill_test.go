@@ -141,7 +141,8 @@ func (r *obRig) waitLog(msg string, n int) []map[string]any {
 
 // emit posts a group message on the fake platform: an @-mention of the bot
 // when at, else plain chatter. Every message has its own sender, so no two
-// are a same-person burst (SPEC §3.6).
+// are a same-person burst (a newer direct message from the same sender
+// while the older reply is generating).
 func (r *obRig) emit(at bool, text string, opts ...func(*onebottest.Incoming)) onebottest.Record {
 	r.t.Helper()
 	r.users++

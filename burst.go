@@ -14,7 +14,7 @@ import (
 	"github.com/personakit/persona/outcome"
 )
 
-// Same-person bursts (SPEC §3.6): a newer direct message from someone whose
+// Same-person bursts: a newer direct message from someone whose
 // reply is still being generated is classified against it; a supplement or
 // correction makes the running turn regenerate with it, a repeat is
 // answered by the running reply, anything else gets its own turn.
@@ -23,7 +23,8 @@ import (
 // they start; the newer message is checked against them when it is claimed
 // (up to 3 group / 2 private items of a session run at once, so it is
 // claimed while the older reply generates). This registry replaces the
-// enqueue-time "direct call" registry of SPEC §1.4 step 5, which would only
+// enqueue-time registry of direct calls (who addressed the bot, when) that
+// HandleEvent could keep, which would only
 // have repeated what the claim-time check already knows.
 
 // Burst defaults.
@@ -148,6 +149,23 @@ func (r *runningTurn) supersede() bool {
 	return true
 }
 
+// sideEffect marks the turn as having done something outside (a say
+// line): like sending, it ends merging and superseding. It reports false
+// (and marks nothing) when the turn was superseded or a merge is waiting
+// to restart its generation.
+func (r *runningTurn) sideEffect() bool {
+	if r == nil {
+		return true
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.stop || r.merged {
+		return false
+	}
+	r.sending = true
+	return true
+}
+
 // startSending marks the first chunk as going out; false when the turn was
 // superseded.
 func (r *runningTurn) startSending() bool {
@@ -211,7 +229,7 @@ func (p *Pipeline) arrive(ctx context.Context, l inbound.Lease) (act action, don
 
 // classify asks the model how a newer message relates to the earlier ones.
 func (p *Pipeline) classify(ctx context.Context, earlier []channel.Event, next channel.Event) (string, float64, usageInfo, error) {
-	if p.opt.Model == nil {
+	if p.model == nil {
 		return labelIndependent, 0, usageInfo{}, nil
 	}
 	var b strings.Builder
@@ -230,7 +248,7 @@ func (p *Pipeline) classify(ctx context.Context, earlier []channel.Event, next c
 	cctx, cancel := context.WithTimeout(ctx, mergeTimeout)
 	defer cancel()
 	p.countModelCall(ctx, &next)
-	resp, err := p.opt.Model.Generate(cctx, req)
+	resp, err := p.model.Generate(cctx, req)
 	if err != nil {
 		return "", 0, usageInfo{}, err
 	}

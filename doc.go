@@ -34,16 +34,31 @@
 // HandleEvent returns only after the message is in the SQLite queue (or,
 // when the database cannot be written, in an fsynced journal that is
 // replayed later). Workers claim items with a lease that a heartbeat renews;
-// a crashed process's leases expire and the items are claimed again. The
-// claim of a message that is not a direct trigger is held in memory until
-// its turn goes past the gates (most never do), then stored before any model
-// call or send, so an attempt that could crash the process is counted; a
-// crash before that leaves the message claimable at once. Every
-// outgoing chunk goes through the delivery ledger, so a retried or resumed
-// turn never sends a chunk twice.
+// every claim is stored before any stage runs, so an attempt that crashes
+// the process is counted, and a message claimed more often than
+// Options.MaxAttempts allows ends as dropped_retries_exhausted without
+// running again. The store's file has one owner at a time; opening it frees
+// the leases a dead owner left, so work resumes at once after a restart.
+// Every outgoing chunk goes through the delivery ledger, so a retried or
+// resumed turn never sends a chunk twice.
+//
+// # Privacy and delivery boundaries
+//
+// Every model call goes through one agent.Private model: ids become
+// per-session aliases before a model sees a request, and come back as ids in
+// the answer. Every chunk leaves through an outbound.Exit: the ledger,
+// mentions as platform mentions, secret masking and the history of sent
+// messages happen there, whatever Sender an embedder plugs in
+// (Options.WrapSender and the other Wrap options decorate a stage instead
+// of replacing it).
 //
 // # Concurrency
 //
-// A Pipeline is safe for concurrent use. There are no globals: several
-// pipelines can live in one process, each with its own data directory.
+// A Pipeline is safe for concurrent use. The packages keep no mutable
+// globals and change nothing process-wide at import or New: several
+// pipelines can live in one process, each with its own data directory (two
+// pipelines cannot share one: the store refuses a second owner of a file
+// with store.ErrLocked). The only process-wide act is that the first
+// store.Open registers the store's WAL-buffering SQLite VFS by name; only
+// connections that ask for it by that name use it.
 package persona

@@ -2,12 +2,10 @@ package persona
 
 import (
 	"context"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -18,6 +16,7 @@ import (
 	"github.com/personakit/persona/memory"
 	"github.com/personakit/persona/outbound"
 	"github.com/personakit/persona/outcome"
+	"github.com/personakit/persona/route"
 	"github.com/personakit/persona/store"
 )
 
@@ -37,9 +36,10 @@ var forever = time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC)
 
 // generation holds the generation-stage parts built once per pipeline.
 type generation struct {
-	builder *agent.ContextBuilder
-	tracker *agent.PrefixTracker
-	loop    *agent.Loop
+	builder  *agent.ContextBuilder
+	overflow *agent.ContextBuilder
+	tracker  *agent.PrefixTracker
+	loop     *agent.Loop
 
 	recaller   *memory.Recaller
 	extractor  *memory.Extractor
@@ -55,10 +55,15 @@ type generation struct {
 
 // buildGeneration prepares context assembly, memory and the agent loop.
 func (p *Pipeline) buildGeneration(db *store.DB) error {
+	full := agent.NewContextBuilder(agent.ContextConfig{ContextWindow: p.opt.ContextWindow})
 	g := &generation{
-		builder: agent.NewContextBuilder(agent.ContextConfig{ContextWindow: p.opt.ContextWindow}),
-		tracker: &agent.PrefixTracker{Logger: p.log},
-		sums:    agent.NewAliasSums(0),
+		builder: full,
+		// After a context overflow the prompt is built once more with
+		// half the history budget (the whole window shrunk so that the
+		// history's share halves, at least overflowFloor tokens).
+		overflow: agent.NewContextBuilder(agent.ContextConfig{ContextWindow: overflowWindow(full.Budget()), HistoryCache: -1}),
+		tracker:  &agent.PrefixTracker{Logger: p.log},
+		sums:     agent.NewAliasSums(0),
 	}
 	if p.opt.Memory {
 		if db == nil || p.opt.Model == nil {
@@ -68,10 +73,10 @@ func (p *Pipeline) buildGeneration(db *store.DB) error {
 		if g.recaller, err = memory.NewRecaller(db, db, memory.RecallConfig{Clock: p.clk}); err != nil {
 			return err
 		}
-		if g.extractor, err = memory.NewExtractor(db, p.opt.Model, memory.ExtractConfig{Clock: p.clk, Logger: p.log}); err != nil {
+		if g.extractor, err = memory.NewExtractor(db, p.model, memory.ExtractConfig{Clock: p.clk, Logger: p.log, Scopes: p.scopes}); err != nil {
 			return err
 		}
-		if g.summarizer, err = memory.NewSummarizer(db, p.opt.Model, memory.SummaryConfig{Clock: p.clk, Logger: p.log}); err != nil {
+		if g.summarizer, err = memory.NewSummarizer(db, p.model, memory.SummaryConfig{Clock: p.clk, Logger: p.log, Scopes: p.scopes}); err != nil {
 			return err
 		}
 		g.summaries = make(chan string, 256)
@@ -88,8 +93,30 @@ func (p *Pipeline) buildGeneration(db *store.DB) error {
 		}
 		g.loop = loop
 	}
+	p.runner = p.opt.Runner
+	if g.loop != nil {
+		p.runner = loopRunner{g.loop}
+	}
+	if p.opt.WrapRunner != nil {
+		p.runner = p.opt.WrapRunner(p.runner)
+		if p.runner == nil {
+			return errors.New("persona: Options.WrapRunner returned nil")
+		}
+	}
 	p.gen = g
 	return nil
+}
+
+// overflowFloor is the smallest context window an overflow retry uses.
+const overflowFloor = 8192
+
+// overflowWindow returns the context window whose budget gives half the
+// history of b (at least overflowFloor tokens).
+func overflowWindow(b agent.Budget) int {
+	// History is 55 % of the input, which is the window less the output
+	// reserve and the safety margin.
+	in := (b.History/2)*100/55 + 1
+	return max(in+agent.DefaultMaxOutput+agent.SafetyTokens, overflowFloor)
 }
 
 // flagSnapshots keeps the agent's loaded-tool snapshots of group sessions
@@ -172,30 +199,27 @@ func (p *Pipeline) sessionValue(ctx context.Context, session, name string, make 
 // session's history as the turn already read it (at least historyWindow
 // newest entries, see historyRead), or nil to read it here; it may be
 // shared with the History (memory.RecentOf), so generate only reads it.
-func (p *Pipeline) generate(ctx context.Context, l inbound.Lease, t *gate.Turn, extra []channel.Event, rec *inbound.Outcome, raw []memory.Entry) (string, usageInfo, []string, error) {
+func (p *Pipeline) generate(ctx context.Context, l inbound.Lease, t *gate.Turn, extra []channel.Event, rec *inbound.Outcome, raw []memory.Entry, turn *runningTurn) (string, usageInfo, []string, error) {
 	g, ev := p.gen, l.Event
-	secret, err := p.sessionValue(ctx, l.SessionKey, flagAliasSecret, func() (string, error) {
-		b, err := agent.NewAliasSecret()
-		return hex.EncodeToString(b), err
-	})
-	if err != nil {
-		return "", usageInfo{}, nil, fmt.Errorf("alias secret: %w", err)
+	sc := agent.ScopeFrom(ctx)
+	if sc == nil {
+		var err error
+		if sc, err = p.scopes.Scope(ctx, l.SessionKey); err != nil {
+			return "", usageInfo{}, nil, err
+		}
 	}
-	key, err := hex.DecodeString(secret)
-	if err != nil {
-		return "", usageInfo{}, nil, fmt.Errorf("alias secret: %w", err)
-	}
-	al, err := agent.NewAliaserWith(key, g.sums)
-	if err != nil {
-		return "", usageInfo{}, nil, err
-	}
+	// The prompt is rendered through a fresh Aliaser with the session's
+	// secret (the history cache builds on one that starts empty); its
+	// aliases are the Scope's.
+	al := sc.NewAliaser()
 	anchor, err := p.sessionValue(ctx, l.SessionKey, flagHistoryAnchor, nil)
 	if err != nil {
 		return "", usageInfo{}, nil, fmt.Errorf("history anchor: %w", err)
 	}
-	in := agent.ContextInput{Persona: p.opt.Persona, Rules: p.opt.Rules, HistoryAnchor: anchor, Chat: ev.Chat,
-		Speaker: agent.Speaker{ID: ev.Sender.ID, Name: ev.Sender.Name, Role: ev.Sender.Role, Owner: t.Owner},
-		Now:     p.clk.Now(), Zone: p.opt.Zone, Current: agent.ChatMessageFromEvent(&ev, false), Aliaser: al}
+	in := agent.ContextInput{Persona: p.opt.Persona, Rules: p.opt.Rules, HistoryAnchor: anchor, Chat: ev.Chat, BotID: ev.BotID,
+		Speaker: agent.Speaker{ID: ev.Sender.ID, Name: ev.Sender.Name, Role: ev.Sender.Role, Owner: t.Owner,
+			Aliases: route.MatchedAliases(&ev, p.identity)},
+		Now: p.clk.Now(), Zone: p.opt.Zone, Current: agent.ChatMessageFromEvent(&ev, false), Aliaser: al}
 	var watermark memory.Watermark
 	if g.summarizer != nil {
 		if sum, ok, err := g.summarizer.Checkpoint(ctx, l.SessionKey); err != nil {
@@ -218,63 +242,82 @@ func (p *Pipeline) generate(ctx context.Context, l inbound.Lease, t *gate.Turn, 
 		hp = new([]agent.ChatMessage)
 	}
 	in.History = slices.Grow((*hp)[:0], len(hist))
+	var window []memory.Entry // what the prompt's history may show, for recall
 	for i := range hist {
 		if e := &hist[i]; isContext(e, &l) && watermark.Precedes(e) {
 			in.History = append(in.History, agent.ChatMessageFromEvent(&e.Event, e.Direction == memory.Out))
+			if g.recaller != nil {
+				window = append(window, *e)
+			}
 		}
 	}
+	defer func() {
+		// The builder keeps nothing of in.History (it copies what it
+		// caches).
+		clear(in.History)
+		*hp = in.History[:0]
+		g.histBufs.Put(hp)
+	}()
 	for _, e := range extra {
 		in.Candidates = append(in.Candidates, agent.ChatMessageFromEvent(&e, false))
 	}
 	if g.recaller != nil {
-		rc, err := g.recaller.Recall(ctx, memory.Query{SessionKey: l.SessionKey, UserID: ev.Sender.ID, Text: ev.Text(), Before: ev.Time})
+		// Recall never brings back what the prompt's history already
+		// shows.
+		q := memory.Query{SessionKey: l.SessionKey, UserID: ev.Sender.ID, Text: ev.Text()}
+		q.ExcludeHistory(append(window, memory.Entry{Key: l.ID, SessionKey: l.SessionKey, Direction: memory.In, Event: ev}))
+		rc, err := g.recaller.Recall(ctx, q)
 		if err != nil {
 			p.log.Warn("memory recall", "session", l.SessionKey, "err", err)
-		} else if block := memory.RenderBlock(rc, memory.BlockOptions{Alias: al.User}); block != "" {
-			in.Memory = strings.Split(block, "\n")
+		} else {
+			in.Memory = memory.RenderLines(rc, memory.BlockOptions{Scope: sc, Alias: sc.User, Now: in.Now})
 		}
 	}
-	asm := g.builder.Build(in)
-	clear(in.History)
-	*hp = in.History[:0]
-	g.histBufs.Put(hp)
-	g.tracker.Observe(l.SessionKey, asm)
-	if asm.HistoryAnchor != anchor {
-		if err := p.flags.SetFlag(ctx, gate.Flag{SessionKey: l.SessionKey, Name: flagHistoryAnchor, Until: forever, Value: asm.HistoryAnchor}); err != nil {
-			p.log.Warn("save history anchor", "err", err)
-		}
-	}
-
-	gctx, cancel := context.WithTimeout(ctx, p.opt.RequestTimeout)
+	gctx, cancel := context.WithTimeout(agent.WithAliaser(agent.WithScope(ctx, sc), al), p.opt.RequestTimeout)
 	defer cancel()
 	rec.Timings.GenerationStart = p.clk.Now()
+	tr := &turnRun{session: l.SessionKey, group: ev.Chat.Kind == channel.Group, message: ev.Text(),
+		say: p.sayFunc(l, al, turn), deadline: p.clk.Now().Add(p.opt.RequestTimeout - time.Second)}
+	gctx = context.WithValue(gctx, turnRunKey{}, tr)
 	var res *agent.Result
-	var said []string
-	run := agent.RunInput{Model: p.opt.Model, Request: asm.Request(agent.PurposeChat), Owner: t.Owner}
-	if g.loop != nil {
-		var lr *agent.LoopResult
-		lr, err = g.loop.RunLoop(gctx, agent.LoopInput{RunInput: run, SessionKey: l.SessionKey,
-			Group: ev.Chat.Kind == channel.Group, Message: ev.Text(), Say: p.sayFunc(l, al),
-			Deadline: p.clk.Now().Add(p.opt.RequestTimeout - time.Second)})
-		if lr != nil {
-			res, said = &lr.Result, lr.Said
+	for _, b := range []*agent.ContextBuilder{g.builder, g.overflow} {
+		asm := b.Build(in)
+		g.tracker.Observe(l.SessionKey, asm)
+		if asm.HistoryAnchor != anchor {
+			if err := p.flags.SetFlag(ctx, gate.Flag{SessionKey: l.SessionKey, Name: flagHistoryAnchor, Until: forever, Value: asm.HistoryAnchor}); err != nil {
+				p.log.Warn("save history anchor", "err", err)
+			}
+			anchor = asm.HistoryAnchor
 		}
-	} else {
-		res, err = p.opt.Runner.Run(gctx, run)
+		res, err = p.runner.Run(gctx, agent.RunInput{Model: p.model, Request: asm.Request(agent.PurposeChat), Owner: t.Owner})
+		var me *agent.Error
+		if b == g.overflow || !errors.As(err, &me) || me.Kind != agent.KindContextOverflow || len(tr.said) > 0 {
+			break
+		}
+		// The provider found the prompt too long for its window: once
+		// more with half the window.
+		p.log.Warn("context overflow; retrying with half the context window", "session", l.SessionKey,
+			"history_tokens", g.overflow.Budget().History, "err", err)
 	}
+	said := tr.said
 	rec.Timings.GenerationEnd = p.clk.Now()
+	if err == nil && res == nil {
+		err = &agent.Error{Kind: agent.KindInvalidRequest, Message: "the runner returned neither a result nor an error"}
+	}
 	if err != nil {
 		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
 			err = &agent.Error{Kind: agent.KindTimeout, Message: "turn request timeout", Err: err}
 		}
 		return "", usageInfo{}, nil, err
 	}
-	text, unknown := al.Restore(res.Text)
+	// The boundary restored the ids already; a Runner that called a model
+	// of its own may have brought aliases back.
+	text, unknown := sc.Restore(res.Text, al)
 	if len(unknown) > 0 {
 		p.log.Info("reply mentions unknown aliases", "session", l.SessionKey, "aliases", unknown)
 	}
 	for i, s := range said {
-		said[i], _ = al.Restore(s)
+		said[i], _ = sc.Restore(s, al)
 	}
 	return text, usageInfo{Usage: res.Usage, model: res.Model}, said, nil
 }
@@ -282,7 +325,10 @@ func (p *Pipeline) generate(ctx context.Context, l inbound.Lease, t *gate.Turn, 
 // sayFunc sends the agent's say lines at once, each through the delivery
 // ledger under its own id (the turn id plus the line number), so a retried
 // turn never says a line twice.
-func (p *Pipeline) sayFunc(l inbound.Lease, al *agent.Aliaser) func(context.Context, string) error {
+//
+// A line said is a side effect the turn cannot take back: from then on no
+// newer message is folded into it (a follow-up gets its own turn).
+func (p *Pipeline) sayFunc(l inbound.Lease, al *agent.Aliaser, run *runningTurn) func(context.Context, string) error {
 	n := 0
 	return func(ctx context.Context, text string) error {
 		n++
@@ -290,10 +336,20 @@ func (p *Pipeline) sayFunc(l inbound.Lease, al *agent.Aliaser) func(context.Cont
 		if st == nil {
 			return fmt.Errorf("no channel for platform %q", l.Event.Platform)
 		}
-		text, _ = al.Restore(text)
-		_, err := p.sender.Send(ctx, outbound.Reply{TurnID: fmt.Sprintf("%s/say/%d", l.ID, n), SessionKey: l.SessionKey,
-			Channel: st.ch, Chat: l.Event.Chat, Text: text, Code: outcome.Replied, Reason: "said during the agent run",
-			CurrentMessageID: l.Event.MessageID, Guard: p.sendGuard(l, nil)})
+		if run != nil && !run.sideEffect() {
+			// A newer message is being folded in: this generation is
+			// about to start over, so its line is not said.
+			return context.Canceled
+		}
+		if sc := agent.ScopeFrom(ctx); sc != nil {
+			text, _ = sc.Restore(text, al)
+		} else {
+			text, _ = al.Restore(text)
+		}
+		id := fmt.Sprintf("%s/say/%d", l.ID, n)
+		_, err := p.sender.Send(ctx, outbound.Reply{TurnID: id, SessionKey: l.SessionKey,
+			Channel: p.exit.Bind(st.ch, id, l.SessionKey, l.Claims == 1), Chat: l.Event.Chat, Text: text, Code: outcome.Replied,
+			Reason: "said during the agent run", CurrentMessageID: l.Event.MessageID, Guard: p.sendGuard(l, nil)})
 		return err
 	}
 }

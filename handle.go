@@ -57,6 +57,9 @@ func (p *Pipeline) handle(ctx context.Context, ev channel.Event, historyOnly boo
 	if err := p.handleDurably(actx, ev, historyOnly); err != nil {
 		return err
 	}
+	// A session whose Scope is kept learns the new ids at once (a Scope
+	// made later learns them from the history).
+	p.scopes.learn(&ev)
 	// Sequence-gap detection sees every live group message with a seq
 	// number, the bot's own included, once it is durable.
 	if ev.Source == channel.SourceLive && ev.Seq > 0 && ev.Chat.Kind == channel.Group {

@@ -63,7 +63,8 @@ type Options struct {
 	Model agent.Model
 
 	// Policy is the bot's reply policy and Groups its per-group overrides
-	// (keyed by chat id, or "<platform>:<chat id>"); zero = SPEC defaults.
+	// (keyed by chat id, or "<platform>:<chat id>"); the zero value is the
+	// documented defaults of package gate.
 	Policy gate.Policy
 	Groups map[string]gate.GroupPolicy
 	// Flags overrides the store's session flags (stop windows, pauses,
@@ -107,6 +108,25 @@ type Options struct {
 	// NoPacing turns off the pause between chunks of the default Sender.
 	NoPacing bool
 
+	// WrapGates, WrapRouter, WrapRunner, WrapReviewer and WrapSender
+	// decorate a stage instead of replacing it, like middleware: each is
+	// given the stage the pipeline would use (the default, or the one set
+	// above) and returns the one it uses. WrapRouter is not called when
+	// there is no router (NoRouter, or no Model). A wrapper that returns
+	// nil is an error of New.
+	//
+	// Whatever a stage is, the pipeline's own duties hold around it: every
+	// model call goes through the aliasing boundary (the Model a stage is
+	// given hides real ids; see agent.Private), every chunk leaves through
+	// the delivery exit that Reply.Channel is bound to (ledger, mentions,
+	// secret masking, history of sent messages; see outbound.Exit), and
+	// every result is checked before it is recorded.
+	WrapGates    func(gate.Chain) gate.Chain
+	WrapRouter   func(route.Router) route.Router
+	WrapRunner   func(agent.Runner) agent.Runner
+	WrapReviewer func(outbound.Reviewer) outbound.Reviewer
+	WrapSender   func(outbound.Sender) outbound.Sender
+
 	// Workers is the number of turns processed at once (default 8). The
 	// dispatcher keeps up to as many leases claimed ahead for them, and up
 	// to 4 × Workers finished turns may still be writing their outcome.
@@ -138,7 +158,8 @@ type Options struct {
 
 	// Clock is the time source (default the wall clock).
 	Clock clock.Clock
-	// Logger receives structured logs (nil = discard).
+	// Logger receives structured logs (nil = slog.Default(), so nothing is
+	// lost silently; pass slog.New(slog.DiscardHandler) for silence).
 	Logger *slog.Logger
 	// OnOutcome is called after a message's terminal record is written.
 	OnOutcome func(id string, o inbound.Outcome)
@@ -215,7 +236,7 @@ func (o *Options) applyDefaults() error {
 		o.Triggers = route.DefaultTriggers()
 	}
 	if o.Logger == nil {
-		o.Logger = slog.New(slog.DiscardHandler)
+		o.Logger = slog.Default()
 	}
 	o.Clock = clock.OrReal(o.Clock)
 	for i, ch := range o.Channels {

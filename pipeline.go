@@ -14,6 +14,7 @@ import (
 	"github.com/google/uuid"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/personakit/persona/agent"
 	"github.com/personakit/persona/channel"
 	"github.com/personakit/persona/clock"
 	"github.com/personakit/persona/gate"
@@ -36,6 +37,7 @@ type Pipeline struct {
 	rules    *gate.Rules
 	flags    gate.Flags // the store's flags behind one cache
 	router   route.Router
+	runner   agent.Runner
 	reviewer outbound.Reviewer
 	admit    gate.AdmissionPolicy
 	identity route.Identity
@@ -43,6 +45,15 @@ type Pipeline struct {
 	replayer *inbound.Replayer
 	bursts   *bursts
 	gen      *generation
+	// scopes are the sessions' model-facing identities; model is the
+	// aliasing boundary every model call goes through (nil without
+	// Options.Model); exit is the way out every chunk takes.
+	scopes *scopes
+	model  agent.Model
+	exit   *outbound.Exit
+	// bypass names purposes whose calls skip the boundary: tests prove
+	// with it that the privacy test notices a call site that would.
+	bypass map[string]bool
 
 	wake     chan struct{}
 	replySem chan struct{}
@@ -105,6 +116,10 @@ func New(opt Options) (*Pipeline, error) {
 	if fj, ok := opt.Journal.(io.Closer); ok && opt.Journal != nil {
 		p.closers = append(p.closers, fj)
 	}
+	p.scopes = newScopes(p)
+	if opt.Model != nil {
+		p.model = purposeModel{p: p, private: agent.Private(opt.Model, p.scopes)}
+	}
 	if err := p.buildStages(); err != nil {
 		_ = p.Close()
 		return nil, err
@@ -161,13 +176,23 @@ func (p *Pipeline) buildStages() error {
 	if p.gates == nil {
 		p.gates = rules.Chain()
 	}
+	if opt.WrapGates != nil {
+		if p.gates = opt.WrapGates(p.gates); p.gates == nil {
+			return errors.New("persona: Options.WrapGates returned nil")
+		}
+	}
 	if p.router == nil && !opt.NoRouter && opt.Model != nil {
-		r, err := route.New(route.Config{Model: opt.Model, Flags: p.flags, Settings: rules.Proactive,
+		r, err := route.New(route.Config{Model: p.model, Flags: p.flags, Settings: rules.Proactive,
 			Aliases: opt.Aliases, Clock: p.clk, Logger: p.log})
 		if err != nil {
 			return fmt.Errorf("persona: %w", err)
 		}
 		p.router = r
+	}
+	if opt.WrapRouter != nil && p.router != nil {
+		if p.router = opt.WrapRouter(p.router); p.router == nil {
+			return errors.New("persona: Options.WrapRouter returned nil")
+		}
 	}
 	state := flagState{p.flags}
 	p.reviewer = opt.Reviewer
@@ -175,7 +200,7 @@ func (p *Pipeline) buildStages() error {
 		if opt.Model == nil {
 			p.reviewer = outbound.BasicReviewer
 		} else {
-			r, err := outbound.NewReviewer(outbound.ReviewConfig{Model: opt.Model, State: state, Clock: p.clk,
+			r, err := outbound.NewReviewer(outbound.ReviewConfig{Model: p.model, State: state, Clock: p.clk,
 				Logger: p.log, AuditDisabled: opt.AuditDisabled})
 			if err != nil {
 				return fmt.Errorf("persona: %w", err)
@@ -183,6 +208,17 @@ func (p *Pipeline) buildStages() error {
 			p.reviewer = r
 		}
 	}
+	if opt.WrapReviewer != nil {
+		if p.reviewer = opt.WrapReviewer(p.reviewer); p.reviewer == nil {
+			return errors.New("persona: Options.WrapReviewer returned nil")
+		}
+	}
+	exit, err := outbound.NewExit(outbound.ExitConfig{Ledger: opt.Ledger, Secrets: opt.Secrets, Delivered: p.echo,
+		Echoed: p.echoed, Clock: p.clk, Logger: p.log})
+	if err != nil {
+		return fmt.Errorf("persona: %w", err)
+	}
+	p.exit = exit
 	p.sender = opt.Sender
 	if p.sender == nil {
 		lanes, err := outbound.NewLanes(outbound.LanesConfig{State: state, Clock: p.clk, Logger: p.log})
@@ -191,7 +227,7 @@ func (p *Pipeline) buildStages() error {
 		}
 		s, err := outbound.NewSender(outbound.SenderConfig{
 			Ledger: opt.Ledger, Clock: p.clk, NoPacing: opt.NoPacing, Logger: p.log,
-			AfterSend: p.afterSend, Compressor: opt.Model, Secrets: opt.Secrets, Lanes: lanes,
+			Compressor: p.model, Secrets: opt.Secrets, Lanes: lanes,
 			// No State: the review dates the bot's last message from the
 			// transcript (Proposal.LastBotMessage), where afterSend puts
 			// every sent chunk; recording it in a state row as well cost a
@@ -201,6 +237,11 @@ func (p *Pipeline) buildStages() error {
 			return fmt.Errorf("persona: %w", err)
 		}
 		p.sender = s
+	}
+	if opt.WrapSender != nil {
+		if p.sender = opt.WrapSender(p.sender); p.sender == nil {
+			return errors.New("persona: Options.WrapSender returned nil")
+		}
 	}
 	return nil
 }
@@ -501,11 +542,9 @@ func (p *Pipeline) dispatch(ctx context.Context) {
 			leases, err := p.opt.Queue.Claim(ctx, inbound.Limits{
 				Max: room, PerGroup: p.opt.PerGroup, PerPrivate: p.opt.PerPrivate,
 				Lease: p.opt.Lease, Owner: p.owner,
-				// A direct message will call a model: its claim is stored
-				// at once. Others often end in the gates, where a held claim
-				// saves the queue a write (the turn extends a held lease
-				// before any model call).
-				HoldBelow: inbound.PriorityDirect,
+				// Every claim is stored before any stage runs (no
+				// HoldBelow): a message that kills the process in a stage
+				// has that attempt counted, so it cannot come back forever.
 			})
 			if err != nil && ctx.Err() == nil {
 				p.log.Error("claim failed", "err", err)

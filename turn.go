@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime/debug"
 	"slices"
 	"sync"
 	"time"
@@ -71,7 +72,7 @@ func (p *Pipeline) runTurn(parent context.Context, l inbound.Lease, wg *sync.Wai
 			}()
 		})
 	}
-	act := p.turn(ctx, l, heartbeat)
+	act := p.guardedTurn(ctx, l, heartbeat)
 	lost := act.kind == actAbandon || errors.Is(context.Cause(ctx), inbound.ErrLeaseLost)
 	cancel(nil)
 	hbOnce.Do(func() { close(hbDone) }) // never started
@@ -91,6 +92,63 @@ func (p *Pipeline) runTurn(parent context.Context, l inbound.Lease, wg *sync.Wai
 		// be claimable.
 		p.Wake()
 	})
+}
+
+// guardedTurn runs the turn so that no stage can take the process down
+// or loop forever: a claim past MaxAttempts (its earlier attempts all died
+// with the process) ends the message without running any stage; a panic
+// in any stage, the embedder's included, becomes a charged retry with the
+// panic and its stack logged; and the result is checked before it is
+// recorded (validate).
+func (p *Pipeline) guardedTurn(ctx context.Context, l inbound.Lease, heartbeat func()) (act action) {
+	if act, ok := p.storeHeld(ctx, &l); !ok {
+		return act
+	}
+	if l.Attempts > p.opt.MaxAttempts {
+		return p.exhausted(ctx, l)
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			stack := debug.Stack()
+			p.log.Error("turn panicked", "id", l.ID, "attempt", l.Attempts, "panic", fmt.Sprint(r), "stack", string(stack))
+			act = action{kind: actRetry, err: fmt.Errorf("%w: %v", ErrPanic, r)}
+		}
+	}()
+	return p.validate(p.turn(ctx, l, heartbeat))
+}
+
+// ErrPanic is wrapped by the error recorded for an attempt that panicked.
+var ErrPanic = errors.New("persona: a stage panicked")
+
+// exhausted ends an item claimed more often than MaxAttempts allows: the
+// attempts before this claim ended without a result (the process died
+// during each, or their retries were never recorded), so it is dropped
+// before any stage runs again.
+func (p *Pipeline) exhausted(ctx context.Context, l inbound.Lease) action {
+	reason := fmt.Sprintf("claimed for attempt %d of at most %d: the earlier attempts ended without a result, so the process most likely crashed or was killed while handling this message",
+		l.Attempts, p.opt.MaxAttempts)
+	if rec, err := p.opt.Queue.Lookup(ctx, l.ID); err == nil && rec.LastError != "" {
+		reason += "; last error: " + rec.LastError
+	}
+	p.log.Error("message dropped after repeated crashes", "id", l.ID, "attempts", l.Attempts)
+	return complete(inbound.DroppedRetriesExhausted, reason)
+}
+
+// validate checks a turn's result at the stage boundary: a completion must
+// carry a valid outcome code (outcome.Code.Valid). One that does not —
+// a zero route.Decision, outbound.Verdict or gate verdict, or a code an
+// embedder's stage made up badly — ends the message as
+// dropped_invalid_result, with the reason naming the bad code, instead of
+// being handed to the queue, which would refuse it and leave the item to
+// run again and again.
+func (p *Pipeline) validate(act action) action {
+	if act.kind != actComplete || act.outcome.Code.Valid() {
+		return act
+	}
+	p.log.Error("a stage returned an invalid outcome code", "code", string(act.outcome.Code), "reason", act.outcome.Reason)
+	act.outcome.Reason = fmt.Sprintf("a stage returned the invalid outcome code %q (reason %q)", string(act.outcome.Code), act.outcome.Reason)
+	act.outcome.Code = outcome.DroppedInvalidResult
+	return act
 }
 
 // heartbeat extends the lease every RenewEvery; a lost lease cancels the
@@ -142,9 +200,11 @@ func (p *Pipeline) finish(ctx context.Context, l inbound.Lease, act action) {
 }
 
 // storeHeld stores a claim the queue holds in memory (inbound.Lease.Held)
-// by extending the lease, before the turn does something that could crash
-// the process (call a model, send), so that such an attempt is counted. ok
-// is false when it failed; act is then what the turn does instead.
+// by extending the lease. The pipeline asks for no held claims, but a
+// Queue of the embedder's may hold them anyway: guardedTurn stores such a
+// claim before any stage code runs, so that an attempt that crashes the
+// process is counted. ok is false when it failed; act is then what the
+// turn does instead.
 func (p *Pipeline) storeHeld(ctx context.Context, l *inbound.Lease) (act action, ok bool) {
 	if !l.Held {
 		return action{}, true
@@ -177,9 +237,6 @@ func (p *Pipeline) turn(ctx context.Context, l inbound.Lease, heartbeat func()) 
 			return action{kind: actRetry, err: fmt.Errorf("load draft: %w", err)}
 		} else if ok {
 			heartbeat()
-			if act, ok := p.storeHeld(ctx, &l); !ok {
-				return act
-			}
 			return p.deliver(ctx, l, outbound.Verdict{Send: true, Code: d.Code, Reason: d.Reason}, inbound.Outcome{}, nil)
 		}
 	}
@@ -195,25 +252,31 @@ func (p *Pipeline) turn(ctx context.Context, l inbound.Lease, heartbeat func()) 
 	if v.Err != nil {
 		return action{kind: actRetry, err: fmt.Errorf("gate %s: %w", v.Gate, v.Err)}
 	}
+	if v.Stop && !v.Code.Valid() {
+		return complete(outcome.DroppedInvalidResult, fmt.Sprintf("gate %q stopped the message without a valid outcome code (%q)", v.Gate, string(v.Code)))
+	}
 	if v.Stop {
 		reason := fmt.Sprintf("%s (gate %s)", v.Reason, v.Gate)
 		if v.Reply != "" {
 			// Quiet hours: the notice goes out without a model call and the
 			// message records the gate's code.
 			heartbeat()
-			if act, ok := p.storeHeld(ctx, &l); !ok {
-				return act
-			}
 			return p.deliver(ctx, l, outbound.Verdict{Send: true, Text: v.Reply, Code: v.Code, Reason: reason}, inbound.Outcome{}, nil)
 		}
 		return complete(v.Code, reason)
 	}
 	rec := inbound.Outcome{Timings: inbound.Timings{GatesDone: p.clk.Now()}}
 	heartbeat()
-	// What follows may call a model and send.
-	if act, ok := p.storeHeld(ctx, &l); !ok {
-		return act
+	// Every model call from here on is made for this session: its Scope
+	// rides in the context to the boundary (and to the exit, which makes
+	// mentions of the ids the model names).
+	se, err := p.scopes.forTurn(ctx, l.SessionKey)
+	if err != nil {
+		return action{kind: actRetry, err: err}
 	}
+	sc := se.sc
+	sc.Learn(&ev)
+	ctx = agent.WithScope(ctx, sc)
 	var (
 		run        *runningTurn
 		companions []channel.Event
@@ -233,13 +296,21 @@ func (p *Pipeline) turn(ctx context.Context, l inbound.Lease, heartbeat func()) 
 		if p.router == nil {
 			return complete(gate.IgnoredProactiveOff, "not addressed to the bot and no router is configured")
 		}
-		var err error
-		if hist, err = p.recent(ctx, l); err != nil {
+		// The router may see more than the review's transcript: its window
+		// moves by epochs so that its requests share a prefix.
+		n := p.opt.HistoryLimit
+		if rl, ok := p.router.(interface{ RecentLimit() int }); ok {
+			n = max(n, rl.RecentLimit())
+		}
+		all, err := p.recentN(ctx, l, n)
+		if err != nil {
 			return action{kind: actRetry, err: err}
 		}
+		p.scopes.teach(se, all, n)
+		hist = all[max(0, len(all)-p.opt.HistoryLimit):]
 		in := route.Input{Event: ev, SessionKey: l.SessionKey, Owner: t.Owner}
-		for _, e := range hist {
-			in.Recent = append(in.Recent, e.Event)
+		for i := range all {
+			in.Recent = append(in.Recent, all[i].Event)
 		}
 		dec, err := p.router.Route(ctx, in)
 		for range dec.Calls {
@@ -255,6 +326,11 @@ func (p *Pipeline) turn(ctx context.Context, l inbound.Lease, heartbeat func()) 
 			return complete(route.IgnoredRouterFailed, "router failed: "+err.Error())
 		}
 		if !dec.Reply {
+			if !dec.Code.Valid() {
+				rec.Code = outcome.DroppedInvalidResult
+				rec.Reason = fmt.Sprintf("the router decided not to reply without a valid outcome code (%q, reason %q)", string(dec.Code), dec.Reason)
+				return action{kind: actComplete, outcome: rec}
+			}
 			rec.Code, rec.Reason = dec.Code, dec.Reason
 			return action{kind: actComplete, outcome: rec}
 		}
@@ -268,6 +344,15 @@ func (p *Pipeline) turn(ctx context.Context, l inbound.Lease, heartbeat func()) 
 		return action{kind: actRelease}
 	}
 	defer func() { <-p.replySem }()
+	// People see the bot typing while it thinks, not only while it sends:
+	// a direct turn shows the indicator from here (generation starts) until
+	// the turn ends, however it ends.
+	if t.Direct && st != nil {
+		if ty, ok := channel.As[channel.Typer](st.ch); ok {
+			tc := outbound.StartTyping(ctx, p.clk, ty, ev.Chat, outbound.DefaultTypingKeepalive, outbound.DefaultTypingTTL)
+			defer tc.Stop()
+		}
+	}
 
 	// A direct turn reads the history once, for the review and for the
 	// first generation's prompt.
@@ -278,6 +363,7 @@ func (p *Pipeline) turn(ctx context.Context, l inbound.Lease, heartbeat func()) 
 		if raw, err = memory.RecentOf(ctx, p.opt.History, l.SessionKey, p.historyRead()); err != nil {
 			return action{kind: actRetry, err: fmt.Errorf("read history: %w", err)}
 		}
+		p.scopes.teach(se, raw, p.historyRead())
 		// Replies to messages newer than this one count too: the review's
 		// closing check dates the bot's last message by them (instead of a
 		// state row written after every reply: every sent chunk is in the
@@ -302,7 +388,7 @@ func (p *Pipeline) turn(ctx context.Context, l inbound.Lease, heartbeat func()) 
 		counted.Go(func() { p.countModelCall(ctx, &ev) })
 		// A regeneration reads the history again: replies may have gone
 		// out meanwhile.
-		text, usage, said, err := p.generate(gctx, l, t, extra, &rec, raw)
+		text, usage, said, err := p.generate(gctx, l, t, extra, &rec, raw, run)
 		raw = nil
 		if run != nil && ctx.Err() == nil {
 			if run.stopped() {
@@ -349,6 +435,11 @@ func (p *Pipeline) turn(ctx context.Context, l inbound.Lease, heartbeat func()) 
 			continue // a message arrived during the review: regenerate
 		}
 		break
+	}
+	if !v2.Code.Valid() {
+		rec.Code, rec.Stage = outcome.DroppedInvalidResult, inbound.StageGenerated
+		rec.Reason = fmt.Sprintf("the reviewer returned a verdict without a valid outcome code (%q, send %t, reason %q)", string(v2.Code), v2.Send, v2.Reason)
+		return action{kind: actComplete, outcome: rec}
 	}
 	if !v2.Send {
 		rec.Code, rec.Reason, rec.Stage = v2.Code, v2.Reason, inbound.StageGenerated
@@ -420,12 +511,15 @@ type usageInfo struct {
 	model string
 }
 
-func (p *Pipeline) recent(ctx context.Context, l inbound.Lease) ([]memory.Entry, error) {
-	hist, err := p.opt.History.Recent(ctx, l.SessionKey, p.opt.HistoryLimit+1)
+// recentN returns the turn's n most recent history entries said before
+// the current message, oldest first.
+func (p *Pipeline) recentN(ctx context.Context, l inbound.Lease, n int) ([]memory.Entry, error) {
+	hist, err := p.opt.History.Recent(ctx, l.SessionKey, n+1)
 	if err != nil {
 		return nil, fmt.Errorf("read history: %w", err)
 	}
-	return p.recentOf(hist, l), nil
+	out := p.before(hist[max(0, len(hist)-(n+1)):], l)
+	return out[max(0, len(out)-n):], nil
 }
 
 // recentOf returns the turn's recent history (at most HistoryLimit entries)
@@ -458,10 +552,10 @@ func (p *Pipeline) deliver(ctx context.Context, l inbound.Lease, v outbound.Verd
 	if !st.coord.Ready() {
 		return action{kind: actSnooze, at: p.clk.Now().Add(p.opt.OfflineRetry), err: channel.ErrOffline}
 	}
-	r := outbound.Reply{TurnID: l.ID, SessionKey: l.SessionKey, Channel: st.ch, Chat: ev.Chat,
+	r := outbound.Reply{TurnID: l.ID, SessionKey: l.SessionKey, Channel: p.exit.Bind(st.ch, l.ID, l.SessionKey, l.Claims == 1), Chat: ev.Chat,
 		Text: v.Text, Code: v.Code, Reason: v.Reason, FirstAttempt: l.Claims == 1,
-		CurrentMessageID: ev.MessageID, Typing: l.Priority == inbound.PriorityDirect,
-		Guard: p.sendGuard(l, run)}
+		CurrentMessageID: ev.MessageID, // the turn keeps the typing indicator on itself
+		Guard:            p.sendGuard(l, run)}
 	if ev.Chat.Kind == channel.Group {
 		r.ReplyTo = ev.MessageID
 	}
@@ -470,6 +564,17 @@ func (p *Pipeline) deliver(ctx context.Context, l inbound.Lease, v outbound.Verd
 		reason := d.Reason
 		if rec.Reason != "" && d.Code.Replied() {
 			reason = rec.Reason // the router's decisive reason
+		}
+		if d.Stopped && !d.Code.Valid() {
+			rec.Code, rec.Stage = outcome.DroppedInvalidResult, inbound.StageGenerated
+			rec.Reason = fmt.Sprintf("the sender stopped the reply without a valid outcome code (%q, reason %q)", string(d.Code), d.Reason)
+			if len(d.MessageIDs) > 0 {
+				rec.Stage, rec.OutboundIDs = inbound.StageAcknowledged, d.MessageIDs
+			}
+			return action{kind: actComplete, outcome: rec}
+		}
+		if !d.Code.Valid() {
+			d.Code, d.Reason = v.Code, v.Reason // the verdict's, which was checked
 		}
 		if d.Stopped || (d.FirstSend.IsZero() && len(d.MessageIDs) == 0 && d.Chunks == 0) {
 			rec.Code, rec.Reason, rec.Stage = d.Code, d.Reason, inbound.StageGenerated
@@ -482,6 +587,9 @@ func (p *Pipeline) deliver(ctx context.Context, l inbound.Lease, v outbound.Verd
 			return action{kind: actComplete, outcome: rec}
 		}
 		rec.Code, rec.Reason = d.Code, reason
+		if d.Unknown > 0 {
+			rec.Reason += fmt.Sprintf("; %d chunk(s) an earlier attempt was sending could not be confirmed in the chat and were not sent again (delivery_unknown)", d.Unknown)
+		}
 		rec.Stage = inbound.StageAcknowledged
 		rec.OutboundIDs = d.MessageIDs
 		rec.Timings.FirstSend, rec.Timings.FirstAck = d.FirstSend, d.FirstAck
@@ -489,6 +597,13 @@ func (p *Pipeline) deliver(ctx context.Context, l inbound.Lease, v outbound.Verd
 	}
 	if ctx.Err() != nil {
 		return action{kind: actRelease}
+	}
+	if errors.Is(err, outbound.ErrDeliveryUnknown) {
+		// A sender of the embedder's met a chunk whose fate an earlier
+		// attempt left unknown: retrying cannot settle it.
+		rec.Code, rec.Stage = v.Code, inbound.StageAcknowledged
+		rec.Reason = v.Reason + "; a chunk an earlier attempt was sending could not be confirmed in the chat and was not sent again (delivery_unknown)"
+		return action{kind: actComplete, outcome: rec}
 	}
 	var se *outbound.SendError
 	if errors.As(err, &se) {
@@ -549,29 +664,5 @@ func (p *Pipeline) sendGuard(l inbound.Lease, run *runningTurn) func(context.Con
 			}
 		}
 		return "", ""
-	}
-}
-
-// afterSend writes each delivered chunk into history as the bot's message.
-func (p *Pipeline) afterSend(ctx context.Context, r outbound.Reply, n int, c outbound.Chunk, rc channel.Receipt) {
-	sp, err := channel.ParseSessionKey(r.SessionKey)
-	if err != nil {
-		return
-	}
-	id := fmt.Sprintf("%s#%d", r.TurnID, n)
-	if len(rc.MessageIDs) > 0 {
-		id = rc.MessageIDs[0]
-	}
-	at := rc.Time
-	if at.IsZero() {
-		at = p.clk.Now()
-	}
-	ev := channel.Event{Platform: sp.Platform, Profile: sp.Profile, BotID: sp.BotID, Kind: channel.KindSelf,
-		Chat: r.Chat, SessionKey: r.SessionKey, MessageID: id, Time: at,
-		Sender: channel.Sender{ID: sp.BotID, IsBot: true}, Segments: []channel.Segment{channel.Text(c.Text)}}
-	hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), DefaultBookkeeping)
-	defer cancel()
-	if err := p.appendHistory(hctx, ev, memory.Out); err != nil {
-		p.log.Warn("history of sent chunk", "turn", r.TurnID, "err", err)
 	}
 }

@@ -59,6 +59,11 @@ const (
 	// SupersededFollowUp: a sealed turn dropped before sending; a newer turn
 	// of the same person answers both.
 	SupersededFollowUp Code = "superseded_follow_up"
+	// DroppedInvalidResult: a stage (gate, router, reviewer, sender — the
+	// default or an embedder's) returned a zero or invalid result, such as
+	// a route.Decision or outbound.Verdict without a valid code; the reason
+	// names what it returned.
+	DroppedInvalidResult Code = "dropped_invalid_result"
 )
 
 // The notice codes: a platform notice recorded in history, never queued.

@@ -1,0 +1,371 @@
+package persona
+
+import (
+	"container/list"
+	"context"
+	"encoding/hex"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/personakit/persona/agent"
+	"github.com/personakit/persona/channel"
+	"github.com/personakit/persona/memory"
+	"github.com/personakit/persona/outbound"
+)
+
+// The two boundaries of the pipeline. Every model call goes through one
+// agent.Private model (the pipeline's only Model: the router, review,
+// compression, burst classifier, memory extraction and summaries, and the
+// Runner all get it), which scrubs ids out of requests and restores them in
+// responses with the session's agent.Scope. Every chunk to a platform
+// goes through one outbound.Exit (whatever Sender sends it): the delivery
+// ledger, mentions as platform mentions, control markers and secret
+// masking, and the history echo of what went out.
+
+// scopeCacheSize bounds the sessions whose Scope the pipeline keeps.
+const scopeCacheSize = 4096
+
+// scopeHistory is how many of a session's newest history entries a new
+// Scope learns the ids of.
+const scopeHistory = historyWindow
+
+// scopes is the pipeline's agent.ScopeSource: one Scope per session, made
+// from the session's alias secret (kept in the session flags) and taught
+// the ids of the session's recent history, kept for the most recently
+// used sessions. While a Scope is kept, every event of its session
+// teaches it the new ids as it arrives (HandleEvent).
+type scopes struct {
+	p    *Pipeline
+	sums *agent.AliasSums
+
+	mu   sync.Mutex
+	m    map[string]*list.Element // session → element holding *scopeEntry
+	lru  *list.List
+	bots map[string]*botIDs // by "<platform>/<bot id>"
+}
+
+// scopeEntry is a kept Scope; learnt is set once it learnt the session's
+// recent history (scopeHistory entries, or all there were); synced counts
+// the ids of its bot's other chats it has registered.
+type scopeEntry struct {
+	sc     *agent.Scope
+	bot    *botIDs
+	learnt bool
+	synced int
+}
+
+// botIDs are the user and group ids a bot has seen in any of its chats,
+// in the order first seen: an id of one chat typed in another is a known
+// id there too (a group number mentioned in a private chat, a member's
+// number passed on), so every Scope of the bot registers them all.
+type botIDs struct {
+	mu   sync.RWMutex
+	ids  []botID
+	seen map[botID]struct{}
+}
+
+type botID struct {
+	kind agent.AliasKind
+	id   string
+}
+
+// maxBotIDs bounds the ids kept per bot.
+const maxBotIDs = 200_000
+
+func (b *botIDs) add(kind agent.AliasKind, id string) {
+	if id == "" || id == agent.MentionAll {
+		return
+	}
+	k := botID{kind, id}
+	b.mu.RLock()
+	_, ok := b.seen[k]
+	b.mu.RUnlock()
+	if ok {
+		return
+	}
+	b.mu.Lock()
+	if _, ok := b.seen[k]; !ok && len(b.ids) < maxBotIDs {
+		b.seen[k] = struct{}{}
+		b.ids = append(b.ids, k)
+	}
+	b.mu.Unlock()
+}
+
+// since returns the ids from the n-th on and the count now.
+func (b *botIDs) since(n int) ([]botID, int) {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	if n >= len(b.ids) {
+		return nil, len(b.ids)
+	}
+	return b.ids[n:len(b.ids):len(b.ids)], len(b.ids)
+}
+
+func newScopes(p *Pipeline) *scopes {
+	return &scopes{p: p, sums: agent.NewAliasSums(0), m: map[string]*list.Element{}, lru: list.New(), bots: map[string]*botIDs{}}
+}
+
+// botOf returns the id set of the bot a session belongs to.
+func (s *scopes) botOf(platform, bot string) *botIDs {
+	key := platform + "/" + bot
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	b := s.bots[key]
+	if b == nil {
+		b = &botIDs{seen: map[botID]struct{}{}}
+		s.bots[key] = b
+	}
+	return b
+}
+
+// sync registers the bot's ids the entry's Scope has not seen yet.
+func (s *scopes) sync(e *scopeEntry) {
+	if e.bot == nil {
+		return
+	}
+	s.mu.Lock()
+	from := e.synced
+	s.mu.Unlock()
+	ids, n := e.bot.since(from)
+	for _, k := range ids {
+		e.sc.Alias(k.kind, k.id)
+	}
+	s.mu.Lock()
+	e.synced = max(e.synced, n)
+	s.mu.Unlock()
+}
+
+// cached returns the session's kept entry, if any.
+func (s *scopes) cached(session string) *scopeEntry {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if e, ok := s.m[session]; ok {
+		s.lru.MoveToFront(e)
+		return e.Value.(*scopeEntry)
+	}
+	return nil
+}
+
+// Scope returns the session's Scope, making it on first use and teaching
+// it the session's recent history (background work, such as memory
+// extraction, asks here).
+func (s *scopes) Scope(ctx context.Context, session string) (*agent.Scope, error) {
+	e, err := s.entry(ctx, session)
+	if err != nil {
+		return nil, err
+	}
+	if !s.isLearnt(e) {
+		hist, err := memory.RecentOf(ctx, s.p.opt.History, session, scopeHistory)
+		if err != nil {
+			return nil, fmt.Errorf("persona: scope history: %w", err)
+		}
+		s.teach(e, hist, scopeHistory)
+	}
+	s.sync(e)
+	return e.sc, nil
+}
+
+// forTurn returns the session's Scope for a turn without reading the
+// history: the turn teaches it what it reads (teach).
+func (s *scopes) forTurn(ctx context.Context, session string) (*scopeEntry, error) {
+	e, err := s.entry(ctx, session)
+	if err != nil {
+		return nil, err
+	}
+	s.sync(e)
+	return e, nil
+}
+
+func (s *scopes) isLearnt(e *scopeEntry) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return e.learnt
+}
+
+// teach makes a Scope that has not learnt its session's history yet learn
+// the ids of hist, the session's newest entries as read with a limit of
+// asked; once it has learnt a full window (or the whole history) later
+// calls do nothing: new events reach it through HandleEvent.
+func (s *scopes) teach(e *scopeEntry, hist []memory.Entry, asked int) {
+	if e == nil || s.isLearnt(e) {
+		return
+	}
+	for i := range hist {
+		e.sc.Learn(&hist[i].Event)
+	}
+	if asked >= scopeHistory || len(hist) < asked {
+		s.mu.Lock()
+		e.learnt = true
+		s.mu.Unlock()
+	}
+}
+
+// entry returns the session's kept entry, making one on first use (the
+// alias secret read, or created and stored).
+func (s *scopes) entry(ctx context.Context, session string) (*scopeEntry, error) {
+	if e := s.cached(session); e != nil {
+		return e, nil
+	}
+	secret, err := s.p.sessionValue(ctx, session, flagAliasSecret, func() (string, error) {
+		b, err := agent.NewAliasSecret()
+		return hex.EncodeToString(b), err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("persona: alias secret: %w", err)
+	}
+	key, err := hex.DecodeString(secret)
+	if err != nil {
+		return nil, fmt.Errorf("persona: alias secret: %w", err)
+	}
+	sc, err := agent.NewScope(session, key, s.sums)
+	if err != nil {
+		return nil, err
+	}
+	var bot *botIDs
+	if sp, err := channel.ParseSessionKey(session); err == nil {
+		sc.SetBot(sp.BotID)
+		sc.Chat(sp.Chat)
+		bot = s.botOf(sp.Platform, sp.BotID)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if e, ok := s.m[session]; ok { // made meanwhile by another turn
+		s.lru.MoveToFront(e)
+		return e.Value.(*scopeEntry), nil
+	}
+	e := &scopeEntry{sc: sc, bot: bot}
+	s.m[session] = s.lru.PushFront(e)
+	for s.lru.Len() > scopeCacheSize {
+		old := s.lru.Back()
+		s.lru.Remove(old)
+		delete(s.m, old.Value.(*scopeEntry).sc.Session())
+	}
+	return e, nil
+}
+
+// learn records the user and group ids of an event that just arrived
+// with its bot (every Scope of the bot registers them before its next
+// turn), and teaches the session's kept Scope the event's ids at once (a
+// Scope made later learns them from the history).
+func (s *scopes) learn(ev *channel.Event) {
+	b := s.botOf(ev.Platform, ev.BotID)
+	if ev.Chat.Kind == channel.Group {
+		b.add(agent.AliasGroup, ev.Chat.ID)
+	} else {
+		b.add(agent.AliasUser, ev.Chat.ID)
+	}
+	if ev.Sender.ID != ev.BotID {
+		b.add(agent.AliasUser, ev.Sender.ID)
+	}
+	for i := range ev.Segments {
+		if ev.Segments[i].Type == channel.SegMention {
+			b.add(agent.AliasUser, ev.Segments[i].UserID)
+		}
+	}
+	if q := ev.Quoted; q != nil && q.Sender.ID != ev.BotID {
+		b.add(agent.AliasUser, q.Sender.ID)
+	}
+	if n := ev.Notice; n != nil {
+		b.add(agent.AliasUser, n.Operator)
+		b.add(agent.AliasUser, n.UserID)
+	}
+	if e := s.cached(ev.SessionKey); e != nil {
+		e.sc.Learn(ev)
+	}
+}
+
+// echo writes a chunk the platform acknowledged into history as the bot's
+// own message, with the quote and mentions it went out with, so the next
+// prompt shows which message each reply answered.
+func (p *Pipeline) echo(ctx context.Context, s outbound.Sent) {
+	sp, err := channel.ParseSessionKey(s.SessionKey)
+	if err != nil {
+		return
+	}
+	id := fmt.Sprintf("%s#%d", s.TurnID, s.Slot)
+	if s.Node > 0 || s.Slot == outbound.ForwardSlot {
+		id = fmt.Sprintf("%s#card%d", s.TurnID, s.Node)
+	}
+	if len(s.Receipt.MessageIDs) > 0 && s.Slot != outbound.ForwardSlot {
+		id = s.Receipt.MessageIDs[0]
+	}
+	at := s.Receipt.Time
+	if at.IsZero() {
+		at = p.clk.Now()
+	}
+	var segs []channel.Segment
+	if s.Out.ReplyTo != "" {
+		segs = append(segs, channel.Quote(s.Out.ReplyTo))
+	}
+	for _, m := range s.Out.Mentions {
+		segs = append(segs, channel.Mention(m))
+	}
+	if s.Out.Text != "" {
+		segs = append(segs, channel.Text(s.Out.Text))
+	}
+	for _, m := range s.Out.Media {
+		segs = append(segs, channel.Segment{Type: mediaSegment(m), Media: &m})
+	}
+	ev := channel.Event{Platform: sp.Platform, Profile: sp.Profile, BotID: sp.BotID, Kind: channel.KindSelf,
+		Chat: s.Out.Chat, SessionKey: s.SessionKey, MessageID: id, Time: at,
+		Sender: channel.Sender{ID: sp.BotID, IsBot: true}, Segments: segs}
+	if ev.Chat.ID == "" {
+		ev.Chat = sp.Chat
+	}
+	hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), DefaultBookkeeping)
+	defer cancel()
+	if err := p.appendHistory(hctx, ev, memory.Out); err != nil {
+		p.log.Warn("history of sent chunk", "turn", s.TurnID, "err", err)
+	}
+	p.scopes.learn(&ev)
+}
+
+// mediaSegment is the segment type of an outgoing attachment.
+func mediaSegment(m channel.Media) channel.SegmentType {
+	switch {
+	case strings.HasPrefix(m.MIME, "video/"):
+		return channel.SegVideo
+	case strings.HasPrefix(m.MIME, "audio/"):
+		return channel.SegVoice
+	case strings.HasPrefix(m.MIME, "image/"), m.MIME == "":
+		return channel.SegImage
+	}
+	return channel.SegFile
+}
+
+// echoed looks for the bot's own message with text in the session's
+// history since a time (what the channel echoed back of the bot's sends),
+// for the exit's reconciliation.
+func (p *Pipeline) echoed(ctx context.Context, session string, _ channel.Chat, since time.Time, text string) ([]string, bool, error) {
+	hist, err := memory.RecentOf(ctx, p.opt.History, session, historyWindow)
+	if err != nil {
+		return nil, false, err
+	}
+	for i := len(hist) - 1; i >= 0; i-- {
+		e := &hist[i]
+		if !since.IsZero() && e.Event.Time.Before(since) {
+			break
+		}
+		if e.Direction == memory.Out && e.Event.Kind == channel.KindSelf && strings.TrimSpace(e.Event.Text()) == text &&
+			e.Event.MessageID != "" && !strings.Contains(e.Event.MessageID, "#") {
+			return []string{e.Event.MessageID}, true, nil
+		}
+	}
+	return nil, false, nil
+}
+
+// purposeModel is the pipeline's Model: the boundary, except for purposes
+// a test lets bypass it.
+type purposeModel struct {
+	p       *Pipeline
+	private *agent.PrivateModel
+}
+
+func (m purposeModel) Generate(ctx context.Context, req agent.Request) (*agent.Response, error) {
+	if m.p.bypass[req.Purpose] {
+		return m.private.Unwrap().Generate(ctx, req)
+	}
+	return m.private.Generate(ctx, req)
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -57,6 +58,8 @@ type Pipeline struct {
 
 	wake     chan struct{}
 	replySem chan struct{}
+	// isolation lets orphaned items run alone (see isolate).
+	isolation sync.RWMutex
 	// finishing bounds the turns whose worker is free again while their
 	// bookkeeping write waits for its commit (see runTurn).
 	finishing chan struct{}
@@ -526,10 +529,13 @@ func (p *Pipeline) dispatch(ctx context.Context) {
 					p.release(l)
 					continue
 				}
+				done := p.isolate(l)
 				if !p.freshen(ctx, &l) {
+					done()
 					continue
 				}
 				p.runTurn(ctx, l, &wg)
+				done()
 			}
 		})
 	}
@@ -542,9 +548,13 @@ func (p *Pipeline) dispatch(ctx context.Context) {
 			leases, err := p.opt.Queue.Claim(ctx, inbound.Limits{
 				Max: room, PerGroup: p.opt.PerGroup, PerPrivate: p.opt.PerPrivate,
 				Lease: p.opt.Lease, Owner: p.owner,
-				// Every claim is stored before any stage runs (no
-				// HoldBelow): a message that kills the process in a stage
-				// has that attempt counted, so it cannot come back forever.
+				// Claims are held in memory while they wait in the
+				// claim-ahead buffer and stored (the attempt counted) by
+				// freshen right before the turn runs: a process that dies
+				// charges its attempt to the turns it was running, never to
+				// the ones only waiting, and a message that kills it in a
+				// stage has every such attempt counted.
+				HoldBelow: math.MaxInt,
 			})
 			if err != nil && ctx.Err() == nil {
 				p.log.Error("claim failed", "err", err)
@@ -579,13 +589,40 @@ func (p *Pipeline) dispatch(ctx context.Context) {
 	}
 }
 
-// freshen renews a lease that waited in the claim-ahead buffer (every
-// worker was busy with long turns) unless it has more than half its length
-// left and more than 1.5 × RenewEvery, so the turn never starts on a lease
-// that could expire before its first heartbeat renews it (another claim
-// could then take it over). It reports false when the lease is already
-// lost.
+// isolate lets a turn run: an orphaned item (its last attempt died with
+// the process, inbound.Lease.Orphaned) runs alone, with no other turn
+// beside it, so that if it is the message that kills the process, the
+// death is charged to it only; other turns run side by side. It returns
+// the function that ends the turn's claim on the workers.
+func (p *Pipeline) isolate(l inbound.Lease) func() {
+	if l.Orphaned {
+		p.isolation.Lock()
+		return p.isolation.Unlock
+	}
+	p.isolation.RLock()
+	return p.isolation.RUnlock
+}
+
+// freshen stores a held claim (the attempt is counted here, right before
+// any stage runs) and renews a lease that waited in the claim-ahead buffer
+// (every worker was busy with long turns) unless it has more than half its
+// length left and more than 1.5 × RenewEvery, so the turn never starts on
+// a lease that could expire before its first heartbeat renews it (another
+// claim could then take it over). It reports false when the lease is
+// already lost or its claim could not be stored (the item is then given
+// back to the queue as it was).
 func (p *Pipeline) freshen(ctx context.Context, l *inbound.Lease) bool {
+	if l.Held {
+		act, ok := p.storeHeld(ctx, l)
+		if !ok {
+			if act.kind != actAbandon {
+				p.log.Warn("storing a claim failed; the item goes back to the queue", "id", l.ID, "err", act.err)
+				p.release(*l)
+			}
+			return false
+		}
+		return true
+	}
 	if l.Until.Sub(p.clk.Now()) > max(p.opt.Lease/2, p.opt.RenewEvery*3/2) {
 		return true
 	}

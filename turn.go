@@ -101,9 +101,6 @@ func (p *Pipeline) runTurn(parent context.Context, l inbound.Lease, wg *sync.Wai
 // panic and its stack logged; and the result is checked before it is
 // recorded (validate).
 func (p *Pipeline) guardedTurn(ctx context.Context, l inbound.Lease, heartbeat func()) (act action) {
-	if act, ok := p.storeHeld(ctx, &l); !ok {
-		return act
-	}
 	if l.Attempts > p.opt.MaxAttempts {
 		return p.exhausted(ctx, l)
 	}
@@ -200,11 +197,9 @@ func (p *Pipeline) finish(ctx context.Context, l inbound.Lease, act action) {
 }
 
 // storeHeld stores a claim the queue holds in memory (inbound.Lease.Held)
-// by extending the lease. The pipeline asks for no held claims, but a
-// Queue of the embedder's may hold them anyway: guardedTurn stores such a
-// claim before any stage code runs, so that an attempt that crashes the
-// process is counted. ok is false when it failed; act is then what the
-// turn does instead.
+// by extending the lease (freshen does, right before a turn runs, so that
+// an attempt that crashes the process is counted). ok is false when it
+// failed; act then says why (actAbandon: the lease is lost).
 func (p *Pipeline) storeHeld(ctx context.Context, l *inbound.Lease) (act action, ok bool) {
 	if !l.Held {
 		return action{}, true

@@ -85,6 +85,14 @@ type Lease struct {
 	// kill the process (call a model, send) extends the lease first
 	// (Queue.Extend clears Held once the claim is stored).
 	Held bool
+	// Orphaned reports an item whose previous claim was held by a process
+	// that died while it ran (the store freed that lease when it was
+	// opened again): the item may be the one that killed the process. The
+	// pipeline runs such an item alone, with no other turn beside it, so
+	// that a message that keeps crashing the process is charged its
+	// attempts alone while the others flow. A Queue that cannot tell
+	// leaves it false.
+	Orphaned bool
 }
 
 // Limits bound one Claim call.

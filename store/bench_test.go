@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"math"
 	"fmt"
 	"path/filepath"
 	"sync"
@@ -59,7 +60,7 @@ func BenchmarkQueueThroughput(b *testing.B) {
 	modes := []struct {
 		name   string
 		opts   Options
-		stored bool // every claim stored at once, as the pipeline claims
+		stored bool // claims held, then stored when the turn starts, as the pipeline claims
 	}{
 		{"group-commit", Options{}, false},
 		{"group-commit-no-search-index", Options{DeferSearch: true}, false},
@@ -91,7 +92,9 @@ func runThroughput(b *testing.B, opts Options, producers, consumers int, stored 
 		done1 = inbound.Outcome{Code: outcome.Replied, Reason: "bench", Stage: inbound.StageAcknowledged}
 	)
 	if stored {
-		limits.HoldBelow = 0
+		// The pipeline's pattern: every claim held while it waits for a
+		// worker, stored (Extend) when its turn starts, then completed.
+		limits.HoldBelow = math.MaxInt
 	}
 	b.ReportAllocs()
 	b.ResetTimer()
@@ -133,7 +136,16 @@ func runThroughput(b *testing.B, opts Options, producers, consumers int, stored 
 				var wg sync.WaitGroup
 				errs := make([]error, len(ls))
 				for i, l := range ls {
-					wg.Go(func() { errs[i] = d.Complete(ctx, l, done1) })
+					wg.Go(func() {
+						if stored {
+							// As the pipeline does: the claim is stored
+							// right before the turn runs.
+							if errs[i] = d.Extend(ctx, &l, inbound.DefaultLease); errs[i] != nil {
+								return
+							}
+						}
+						errs[i] = d.Complete(ctx, l, done1)
+					})
 				}
 				wg.Wait()
 				for _, err := range errs {

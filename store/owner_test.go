@@ -172,6 +172,8 @@ func TestOpenFreesTheLeasesOfAKilledProcess(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []string{x.Key(), y.Key(), z.Key()}, ids(ls), "the private chat's two slots are free")
 	require.Equal(t, []int{2, 2, 1}, []int{ls[0].Attempts, ls[1].Attempts, ls[2].Attempts})
+	require.Equal(t, []bool{true, true, false}, []bool{ls[0].Orphaned, ls[1].Orphaned, ls[2].Orphaned},
+		"the leases the dead process had stored are orphans; its held one never reached the file")
 	for _, l := range ls {
 		require.NoError(t, d.Complete(ctx, l, inbound.Outcome{Code: outcome.Replied}))
 	}

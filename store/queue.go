@@ -350,7 +350,7 @@ func (d *DB) Claim(ctx context.Context, limits inbound.Limits) ([]inbound.Lease,
 			Item: inbound.Item{ID: c.id, SessionKey: c.session, Priority: c.priority, HistoryOnly: c.history,
 				AvailableAt: fromMs(c.availableAt)},
 			Owner: limits.Owner, Until: fromMs(until), Attempts: c.attempts, Claims: c.claims,
-			Held: c.priority < limits.HoldBelow,
+			Held: c.priority < limits.HoldBelow, Orphaned: d.orphaned(c.id),
 		}
 		if c.ev != nil {
 			l.Event = *c.ev
@@ -657,7 +657,11 @@ func (d *DB) Complete(ctx context.Context, l inbound.Lease, o inbound.Outcome) e
 	args := []any{or.code, or.reason, or.stage, or.outbound, or.merged,
 		or.gates, or.genStart, or.genEnd, or.firstSend, or.firstAck, or.tokens, or.kind, now}
 	soft := func(sl softLease) (string, []any) { return sqlCompleteSoft, softArgs(&l, sl, args...) }
-	return d.leaseOp(ctx, "complete", &l, after, sqlComplete, args, soft)
+	err = d.leaseOp(ctx, "complete", &l, after, sqlComplete, args, soft)
+	if err == nil {
+		d.settled(l.ID)
+	}
+	return err
 }
 
 const sqlRetrySet = `UPDATE inbound_items SET status = 'pending', lease_owner = NULL, lease_until = NULL,
@@ -698,7 +702,11 @@ func (d *DB) backToPending(ctx context.Context, op string, l *inbound.Lease, ava
 		sl.attempts = max(sl.attempts-giveBack, 0)
 		return sqlRetrySoft, softArgs(l, sl, avail, giveBack, lastErr, now)
 	}
-	return d.leaseOp(ctx, op, l, after, sqlRetry, []any{avail, giveBack, lastErr, now}, soft)
+	err := d.leaseOp(ctx, op, l, after, sqlRetry, []any{avail, giveBack, lastErr, now}, soft)
+	if err == nil {
+		d.settled(l.ID)
+	}
+	return err
 }
 
 const sqlRelease = `UPDATE inbound_items SET status = 'pending', lease_owner = NULL, lease_until = NULL,
@@ -717,7 +725,11 @@ func (d *DB) Release(ctx context.Context, l inbound.Lease) error {
 		sl.attempts = max(sl.attempts-1, 0)
 		return sqlReleaseSoft, softArgs(&l, sl, now)
 	}
-	return d.leaseOp(ctx, "release", &l, after, sqlRelease, []any{now}, soft)
+	err := d.leaseOp(ctx, "release", &l, after, sqlRelease, []any{now}, soft)
+	if err == nil {
+		d.settled(l.ID)
+	}
+	return err
 }
 
 func availAt(at time.Time, now int64) int64 {
@@ -846,7 +858,24 @@ WHERE status = 'leased'`
 func (d *DB) freeLeases(ctx context.Context) error {
 	now := d.now()
 	var items, jobs int64
+	var orphans []string
 	err := d.write(ctx, func(tx wtx) error {
+		orphans = orphans[:0]
+		rows, err := tx.query(`SELECT id FROM inbound_items WHERE ` + sqlFromQueueFloor + ` AND status = 'leased'`)
+		if err != nil {
+			return err
+		}
+		for rows.Next() {
+			var id string
+			if err := rows.Scan(&id); err != nil {
+				_ = rows.Close()
+				return err
+			}
+			orphans = append(orphans, id)
+		}
+		if err := rows.Close(); err != nil {
+			return err
+		}
 		res, err := tx.exec(sqlFreeLeases, now, freedAtOpen)
 		if err != nil {
 			return err
@@ -864,7 +893,29 @@ func (d *DB) freeLeases(ctx context.Context) error {
 	if items > 0 || jobs > 0 {
 		d.log.Info("store: freed the leases of the file's previous owner", "items", items, "memory_jobs", jobs)
 	}
+	d.orphanMu.Lock()
+	d.orphans = make(map[string]struct{}, len(orphans))
+	for _, id := range orphans {
+		d.orphans[id] = struct{}{}
+	}
+	d.orphanMu.Unlock()
 	return nil
+}
+
+// orphaned reports whether an item's lease was freed at Open and nothing
+// happened to it since.
+func (d *DB) orphaned(id string) bool {
+	d.orphanMu.Lock()
+	defer d.orphanMu.Unlock()
+	_, ok := d.orphans[id]
+	return ok
+}
+
+// settled forgets an orphan: a lease operation ended its attempt.
+func (d *DB) settled(id string) {
+	d.orphanMu.Lock()
+	delete(d.orphans, id)
+	d.orphanMu.Unlock()
 }
 
 // writeSoftLeases puts every soft lease still held into its row (Close:

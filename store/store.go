@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -162,6 +163,11 @@ type DB struct {
 	untokenized atomic.Bool
 	// owner is the DB's hold on the file's lock file, released by Close.
 	owner *ownerLock
+	// orphans are the items whose lease Open freed (their holder died
+	// while it ran them) and that have not had a lease operation since:
+	// Claim reports them as inbound.Lease.Orphaned.
+	orphanMu sync.Mutex
+	orphans  map[string]struct{}
 }
 
 // writerCacheKiB is the writer connection's page cache size (see Open).

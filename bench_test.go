@@ -3,6 +3,7 @@ package persona_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"path/filepath"
 	"slices"
 	"sync"
@@ -59,6 +60,7 @@ func benchPipelineAt(b *testing.B, rate, feeders int, mk func(i int) (channel.Ch
 		// Bare: no history capability, so no reconnect backfill walks the
 		// chats during the measurement.
 		Channels: []channel.Channel{ch.Bare()}, DataDir: dir, DB: db, Model: model, NoPacing: true, NoRouter: true,
+		Logger: slog.New(slog.DiscardHandler), // the default logger writes every connection line
 		OnOutcome: func(id string, _ inbound.Outcome) {
 			now := time.Now()
 			mu.Lock()

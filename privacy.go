@@ -47,60 +47,47 @@ type scopes struct {
 }
 
 // scopeEntry is a kept Scope; learnt is set once it learnt the session's
-// recent history (scopeHistory entries, or all there were); synced counts
-// the ids of its bot's other chats it has registered.
+// recent history (scopeHistory entries, or all there were).
 type scopeEntry struct {
 	sc     *agent.Scope
-	bot    *botIDs
 	learnt bool
-	synced int
 }
 
-// botIDs are the user and group ids a bot has seen in any of its chats,
-// in the order first seen: an id of one chat typed in another is a known
-// id there too (a group number mentioned in a private chat, a member's
-// number passed on), so every Scope of the bot registers them all.
+// botIDs are the user and group ids a bot has seen in any of its chats:
+// an id of one chat typed in another is a known id there too (a group
+// number mentioned in a private chat, a member's number passed on), so
+// every Scope of the bot looks them up (agent.Scope.SetElsewhere).
 type botIDs struct {
-	mu   sync.RWMutex
-	ids  []botID
-	seen map[botID]struct{}
-}
-
-type botID struct {
-	kind agent.AliasKind
-	id   string
+	mu  sync.RWMutex
+	ids map[string]agent.AliasKind
 }
 
 // maxBotIDs bounds the ids kept per bot.
 const maxBotIDs = 200_000
 
 func (b *botIDs) add(kind agent.AliasKind, id string) {
-	if id == "" || id == agent.MentionAll {
-		return
+	if len(id) < agent.MinScrubLen || id == agent.MentionAll {
+		return // too short to be found in text anyway
 	}
-	k := botID{kind, id}
 	b.mu.RLock()
-	_, ok := b.seen[k]
+	_, ok := b.ids[id]
 	b.mu.RUnlock()
 	if ok {
 		return
 	}
 	b.mu.Lock()
-	if _, ok := b.seen[k]; !ok && len(b.ids) < maxBotIDs {
-		b.seen[k] = struct{}{}
-		b.ids = append(b.ids, k)
+	if _, ok := b.ids[id]; !ok && len(b.ids) < maxBotIDs {
+		b.ids[id] = kind
 	}
 	b.mu.Unlock()
 }
 
-// since returns the ids from the n-th on and the count now.
-func (b *botIDs) since(n int) ([]botID, int) {
+// lookup reports whether the bot has seen id, and as what.
+func (b *botIDs) lookup(id string) (agent.AliasKind, bool) {
 	b.mu.RLock()
 	defer b.mu.RUnlock()
-	if n >= len(b.ids) {
-		return nil, len(b.ids)
-	}
-	return b.ids[n:len(b.ids):len(b.ids)], len(b.ids)
+	k, ok := b.ids[id]
+	return k, ok
 }
 
 func newScopes(p *Pipeline) *scopes {
@@ -114,27 +101,10 @@ func (s *scopes) botOf(platform, bot string) *botIDs {
 	defer s.mu.Unlock()
 	b := s.bots[key]
 	if b == nil {
-		b = &botIDs{seen: map[botID]struct{}{}}
+		b = &botIDs{ids: map[string]agent.AliasKind{}}
 		s.bots[key] = b
 	}
 	return b
-}
-
-// sync registers the bot's ids the entry's Scope has not seen yet.
-func (s *scopes) sync(e *scopeEntry) {
-	if e.bot == nil {
-		return
-	}
-	s.mu.Lock()
-	from := e.synced
-	s.mu.Unlock()
-	ids, n := e.bot.since(from)
-	for _, k := range ids {
-		e.sc.Alias(k.kind, k.id)
-	}
-	s.mu.Lock()
-	e.synced = max(e.synced, n)
-	s.mu.Unlock()
 }
 
 // cached returns the session's kept entry, if any.
@@ -163,19 +133,13 @@ func (s *scopes) Scope(ctx context.Context, session string) (*agent.Scope, error
 		}
 		s.teach(e, hist, scopeHistory)
 	}
-	s.sync(e)
 	return e.sc, nil
 }
 
 // forTurn returns the session's Scope for a turn without reading the
 // history: the turn teaches it what it reads (teach).
 func (s *scopes) forTurn(ctx context.Context, session string) (*scopeEntry, error) {
-	e, err := s.entry(ctx, session)
-	if err != nil {
-		return nil, err
-	}
-	s.sync(e)
-	return e, nil
+	return s.entry(ctx, session)
 }
 
 func (s *scopes) isLearnt(e *scopeEntry) bool {
@@ -223,11 +187,10 @@ func (s *scopes) entry(ctx context.Context, session string) (*scopeEntry, error)
 	if err != nil {
 		return nil, err
 	}
-	var bot *botIDs
 	if sp, err := channel.ParseSessionKey(session); err == nil {
 		sc.SetBot(sp.BotID)
 		sc.Chat(sp.Chat)
-		bot = s.botOf(sp.Platform, sp.BotID)
+		sc.SetElsewhere(s.botOf(sp.Platform, sp.BotID).lookup)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -235,7 +198,7 @@ func (s *scopes) entry(ctx context.Context, session string) (*scopeEntry, error)
 		s.lru.MoveToFront(e)
 		return e.Value.(*scopeEntry), nil
 	}
-	e := &scopeEntry{sc: sc, bot: bot}
+	e := &scopeEntry{sc: sc}
 	s.m[session] = s.lru.PushFront(e)
 	for s.lru.Len() > scopeCacheSize {
 		old := s.lru.Back()

@@ -50,6 +50,20 @@ type Scope struct {
 	// two participants share.
 	byName         map[string]string
 	minLen, maxLen int
+	// elsewhere, when set, knows ids the session has not shown (another
+	// chat's participants): Scrub registers one when it meets it.
+	elsewhere func(id string) (AliasKind, bool)
+}
+
+// SetElsewhere gives the Scope a lookup of ids known outside its session
+// (the participants and chats the bot has seen in its other chats): Scrub
+// replaces such an id too when it is typed in text, registering it as the
+// kind the lookup reports. It is consulted only for tokens the Scope does
+// not know, so it may be shared by many Scopes.
+func (s *Scope) SetElsewhere(f func(id string) (AliasKind, bool)) {
+	s.mu.Lock()
+	s.elsewhere = f
+	s.mu.Unlock()
 }
 
 // NewScope returns the Scope of a session from the session's alias secret
@@ -285,24 +299,57 @@ func (s *Scope) Learn(ev *channel.Event) {
 // the id has one) by its alias. Ids shorter than MinScrubLen are left
 // alone. Other text is unchanged.
 func (s *Scope) Scrub(text string) string {
+	out, found := s.scrub(text)
+	if len(found) == 0 {
+		return out
+	}
+	// Ids known elsewhere: registered now, replaced in a second pass.
+	for _, f := range found {
+		s.Alias(f.kind, f.id)
+	}
+	out, _ = s.scrub(text)
+	return out
+}
+
+// scrub replaces the ids the Scope knows and returns the ones only its
+// elsewhere lookup knows.
+func (s *Scope) scrub(text string) (string, []aliasKey) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	if len(s.known) == 0 {
-		return text
+	if len(s.known) == 0 && s.elsewhere == nil {
+		return text, nil
 	}
 	minLen, maxLen := s.minLen, s.maxLen
-	return replaceTokens(text, func(tok string, dash bool) (string, bool, bool) {
-		if n := len(tok); n < minLen || n > maxLen {
+	var found []aliasKey
+	out := replaceTokens(text, func(tok string, dash bool) (string, bool, bool) {
+		n := len(tok)
+		if n < MinScrubLen {
 			return "", false, false
 		}
-		if dash {
-			if a, ok := s.known["-"+tok]; ok {
-				return a, true, true
+		if n >= minLen && n <= maxLen {
+			if dash {
+				if a, ok := s.known["-"+tok]; ok {
+					return a, true, true
+				}
+			}
+			if a, ok := s.known[tok]; ok {
+				return a, false, true
 			}
 		}
-		a, ok := s.known[tok]
-		return a, false, ok
+		if s.elsewhere != nil {
+			if dash {
+				if k, ok := s.elsewhere("-" + tok); ok {
+					found = append(found, aliasKey{k, "-" + tok})
+					return "", false, false
+				}
+			}
+			if k, ok := s.elsewhere(tok); ok {
+				found = append(found, aliasKey{k, tok})
+			}
+		}
+		return "", false, false
 	})
+	return out, found
 }
 
 // Restore replaces every alias of the Scope (or of the extra Aliasers,
@@ -410,12 +457,9 @@ func (s *Scope) scrubValue(v any, changed *bool) any {
 		}
 		return y
 	case json.Number:
-		s.mu.RLock()
-		a, ok := s.known[string(x)]
-		s.mu.RUnlock()
-		if ok {
+		if y := s.Scrub(string(x)); y != string(x) {
 			*changed = true
-			return a
+			return y // a string now: the alias
 		}
 		return x
 	case []any:

@@ -507,7 +507,7 @@ func (s *ChunkSender) Send(ctx context.Context, r Reply) (Delivery, error) {
 	sentThisCall := 0
 	for n, c := range draft.Chunks {
 		sl, had := slots[n]
-		if sentThisCall > 0 && !s.cfg.NoPacing && !(had && sl.State == SlotSent) {
+		if sentThisCall > 0 && !s.cfg.NoPacing && (!had || sl.State != SlotSent) {
 			if canType {
 				_ = typer.Typing(ctx, draft.Chat)
 			}

@@ -54,11 +54,13 @@
 //
 // # Concurrency
 //
-// A Pipeline is safe for concurrent use. The packages keep no mutable
-// globals and change nothing process-wide at import or New: several
-// pipelines can live in one process, each with its own data directory (two
-// pipelines cannot share one: the store refuses a second owner of a file
-// with store.ErrLocked). The only process-wide act is that the first
+// A Pipeline is safe for concurrent use. Nothing changes process-wide at
+// import or New: no state of another library (SQLite, net/http, slog) is
+// touched, and the packages' own bookkeeping (the store's record of the
+// files this process's DBs own) only serves to refuse a second owner.
+// Several pipelines can live in one process, each with its own data
+// directory (two cannot share one: the store refuses a second owner of a
+// file with store.ErrLocked). The one process-wide act is that the first
 // store.Open registers the store's WAL-buffering SQLite VFS by name; only
 // connections that ask for it by that name use it.
 package persona

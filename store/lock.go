@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
+	"time"
 )
 
 // ErrLocked is returned (wrapped) by Open when another open DB owns the
@@ -50,7 +52,27 @@ func lockPath(abs string) string {
 // DB holds the lock.
 func acquireOwner(abs string) (*ownerLock, error) {
 	lp := lockPath(abs)
+	ownedMu.Lock()
+	if owned[lp] {
+		ownedMu.Unlock()
+		return nil, fmt.Errorf("%w (held by another DB of this process; lock file %s)", ErrLocked, lp)
+	}
+	owned[lp] = true
+	ownedMu.Unlock()
 	f, err := tryLock(lp)
+	// No DB of this process holds the file, yet the lock is taken and the
+	// lock file names this process: a child process forked by this one
+	// (exec.Command) still holds a copy of a released lock's descriptor
+	// until it execs, which closes it. Wait for that, briefly.
+	for wait := time.Millisecond; errors.Is(err, errHeld) && holderPID(lp) == os.Getpid() && wait < 2*time.Second; wait *= 2 {
+		time.Sleep(wait)
+		f, err = tryLock(lp)
+	}
+	if err != nil {
+		ownedMu.Lock()
+		delete(owned, lp)
+		ownedMu.Unlock()
+	}
 	if errors.Is(err, errHeld) {
 		return nil, fmt.Errorf("%w (%s; lock file %s)", ErrLocked, holder(lp), lp)
 	}
@@ -66,20 +88,35 @@ func acquireOwner(abs string) (*ownerLock, error) {
 }
 
 // holder describes the owner recorded in the lock file at lp.
-func holder(lp string) string {
+// holderPID returns the process id the lock file names (0 if none).
+func holderPID(lp string) int {
 	b, err := os.ReadFile(lp)
 	if err != nil {
-		return "holder unknown"
+		return 0
 	}
 	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
-	switch {
-	case err != nil || pid <= 0:
-		return "holder unknown"
-	case pid == os.Getpid():
-		return "held by another DB of this process"
+	if err != nil || pid <= 0 {
+		return 0
 	}
-	return "held by process " + strconv.Itoa(pid)
+	return pid
 }
+
+func holder(lp string) string {
+	switch pid := holderPID(lp); pid {
+	case 0:
+		return "holder unknown"
+	case os.Getpid():
+		return "held by another DB of this process"
+	default:
+		return "held by process " + strconv.Itoa(pid)
+	}
+}
+
+// owned are the lock files a DB of this process holds.
+var (
+	ownedMu sync.Mutex
+	owned   = map[string]bool{}
+)
 
 // release gives the lock up (Close). The lock file stays: removing it
 // could let a DB that opened it just before lock a file nobody else sees.
@@ -89,5 +126,8 @@ func (l *ownerLock) release() error {
 	}
 	err := unlock(l.f)
 	l.f = nil
+	ownedMu.Lock()
+	delete(owned, l.path)
+	ownedMu.Unlock()
 	return err
 }

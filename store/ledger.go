@@ -133,7 +133,7 @@ func (d *DB) LoadDraft(ctx context.Context, turnID string) (outbound.Draft, bool
 
 // Slots implements outbound.Ledger: the turn's slots ordered by slot number.
 func (d *DB) Slots(ctx context.Context, turnID string) ([]outbound.Slot, error) {
-	rows, err := d.rdb.QueryContext(ctx, `SELECT slot, fingerprint, state, platform_message_ids, sent_at
+	rows, err := d.rdb.QueryContext(ctx, `SELECT slot, fingerprint, state, platform_message_ids, sent_at, updated_at
 FROM delivery_ledger WHERE turn_id = ?1 AND slot >= 0 ORDER BY slot`, turnID)
 	if err != nil {
 		return nil, fmt.Errorf("store: slots %s: %w", turnID, err)
@@ -143,15 +143,21 @@ FROM delivery_ledger WHERE turn_id = ?1 AND slot >= 0 ORDER BY slot`, turnID)
 	for rows.Next() {
 		s := outbound.Slot{TurnID: turnID}
 		var (
-			state  string
-			ids    sql.NullString
-			sentAt sql.NullInt64
+			state   string
+			ids     sql.NullString
+			sentAt  sql.NullInt64
+			updated int64
 		)
-		if err := rows.Scan(&s.N, &s.Fingerprint, &state, &ids, &sentAt); err != nil {
+		if err := rows.Scan(&s.N, &s.Fingerprint, &state, &ids, &sentAt, &updated); err != nil {
 			return nil, fmt.Errorf("store: slots %s: %w", turnID, err)
 		}
 		s.State = outbound.SlotState(state)
 		s.SentAt = fromNullMs(sentAt)
+		if s.State == outbound.SlotIntent {
+			// An intent row is written once and changed only when it
+			// becomes sent: its last change is when the intent was made.
+			s.IntentAt = fromMs(updated)
+		}
 		if ids.Valid {
 			if err := json.Unmarshal([]byte(ids.String), &s.MessageIDs); err != nil {
 				return nil, fmt.Errorf("store: slots %s: decode ids: %w", turnID, err)

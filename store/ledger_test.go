@@ -33,7 +33,8 @@ func TestSaveDraftIntent(t *testing.T) {
 	require.Equal(t, dr, loaded)
 	slots, err := d.Slots(ctx, "turn")
 	require.NoError(t, err)
-	require.Equal(t, []outbound.Slot{{TurnID: "turn", N: 0, Fingerprint: "fp0", State: outbound.SlotIntent}}, slots)
+	require.Equal(t, []outbound.Slot{{TurnID: "turn", N: 0, Fingerprint: "fp0", State: outbound.SlotIntent, IntentAt: t0}}, slots,
+		"an intent is dated (reconciliation looks back to it)")
 
 	_, intent, err = d.SaveDraftIntent(ctx, dr, "fp0")
 	require.NoError(t, err)

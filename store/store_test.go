@@ -530,7 +530,7 @@ func TestLedger(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []outbound.Slot{
 		{TurnID: "turn", N: 0, Fingerprint: "fp0", State: outbound.SlotSent, MessageIDs: []string{"m1", "m2"}, SentAt: t0.Add(time.Second)},
-		{TurnID: "turn", N: 1, Fingerprint: "fp1", State: outbound.SlotIntent},
+		{TurnID: "turn", N: 1, Fingerprint: "fp1", State: outbound.SlotIntent, IntentAt: t0},
 	}, slots)
 
 	// ClearIntent removes intents only.

@@ -20,6 +20,19 @@
 // so a turn renders only the messages that are new since the last one; the
 // request is byte for byte what rendering everything again would give.
 //
+// # Privacy
+//
+// No model sees a real platform id. A session's [Scope] holds every id the
+// session showed (participants, the chat, the bot, message ids) with a
+// stable alias derived from the session's secret (u_…, g_…, m_…), the same
+// in every call of every kind. Prompts render ids through it (or through
+// an [Aliaser] with the same secret), and [Private] wraps a Model as the
+// one boundary every call goes through: with the Scope the context carries
+// ([WithScope]), or the one its [ScopeSource] gives for the session the
+// context names ([WithSession]), it replaces known ids still typed in a
+// request's text, drops remote image URLs, and turns aliases in the answer
+// back into ids. A call with no session fails with [ErrNoScope].
+//
 // # The agent loop
 //
 // [Loop] is the default tool-loop [Runner]. [NewLoop] takes a

@@ -28,21 +28,30 @@
 // still long after compression goes out in all its chunks.
 // [PlatformLimits] lists the default limits of each platform.
 //
-// A [Sender] delivers a reply. The default [ChunkSender] is the single exit
-// for every outgoing message: it masks secrets ([MaskSecrets]), strips
-// control markers, resolves [persona-reply:<id>] / [persona-at:<id>]
-// markers ([ResolveMarkers]), applies the [SendPolicy] and the [BeforeSend]
-// hooks, shapes the text, runs the caller's send-time guard
-// ([Reply].Guard) before the first chunk only, and then sends one
-// merged-forward card (where the channel implements
-// channel.ForwardSender and the reply is over the threshold) or the
-// chunks, paced, with the typing indicator kept on ([TypingController]).
-// Every chunk goes through the delivery [Ledger]: its fingerprint is
-// written as an intent before the platform call and marked sent with the
-// platform message ids after it, so a retried or restarted turn skips
-// chunks that were already delivered and never sends one twice. An intent
-// left by a crash is reconciled through channel.HistoryFetcher when the
-// channel has it. package store implements Ledger on SQLite.
+// An [Exit] is the single way out to a platform. [Exit.Bind] wraps a
+// channel for one reply ([ExitChannel], passed as Reply.Channel), and
+// every chunk any [Sender] sends through it goes through the delivery
+// [Ledger] (its fingerprint written as an intent before the platform call,
+// the platform ids after it; a chunk an earlier attempt delivered is not
+// sent again, and one it left as an intent is looked for in the bot's
+// echoed messages and in the chat's history back to the intent's time,
+// and sent again only when proven absent, else counted as unknown:
+// [ErrDeliveryUnknown], Delivery.Unknown), has the mentions the model
+// wrote turned into platform mentions or names ([ResolveMentions]),
+// control markers stripped and secrets masked ([MaskSecrets]), and is
+// reported to ExitConfig.Delivered (the pipeline writes it into history).
+// package store implements Ledger on SQLite.
+//
+// A [Sender] delivers a reply. The default [ChunkSender] resolves
+// [persona-reply:<id>] markers ([ResolveMarkers]), applies the
+// [SendPolicy] and the [BeforeSend] hooks, shapes the text, stores the
+// draft (a resumed turn sends its stored draft instead of new text), runs
+// the caller's send-time guard ([Reply].Guard) before the first chunk
+// only, and then sends one merged-forward card (where the channel
+// implements channel.ForwardSender and the reply is over the threshold)
+// or the chunks, paced, with the typing indicator kept on when asked
+// ([TypingController]), all through the reply's ExitChannel (one bound to
+// an Exit of its own when the caller passed a plain channel).
 //
 // A step that ends a reply before the platform call returns a [Delivery]
 // with Stopped set and the code to record (IgnoredSendPolicy,

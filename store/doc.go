@@ -77,7 +77,9 @@
 // claim index") never reached the file: their rows are as before the
 // claim. A restarted process therefore starts its first turn as soon as it
 // has opened its store, instead of waiting for the dead process's leases
-// (10 minutes by default) to expire. ReleaseExpired remains for the leases
+// (10 minutes by default) to expire. Until a lease operation settles them,
+// Claim reports such items as inbound.Lease.Orphaned: one of them may be
+// the message that killed the process, and the pipeline runs them alone. ReleaseExpired remains for the leases
 // of a running DB whose holders stopped without ending them.
 //
 // A plain SQLite connection can read a file that a DB owns (it is an

@@ -67,3 +67,45 @@ func TestSinkFunc(t *testing.T) {
 	sink.ReportState(t.Context(), channel.State{Connected: true}) // no-op
 	require.Equal(t, []string{"1", "bad"}, got)
 }
+
+// wrapper wraps a channel (as the delivery exit does) and adds nothing.
+type wrapper struct {
+	plainChannel
+	inner channel.Channel
+}
+
+func (w wrapper) Unwrap() channel.Channel { return w.inner }
+
+// typingWrapper wraps a channel and is a Typer itself.
+type typingWrapper struct{ wrapper }
+
+func (typingWrapper) Typing(context.Context, channel.Chat) error { return nil }
+
+func TestAsLooksThroughWrappers(t *testing.T) {
+	t.Parallel()
+	inner := limitedChannel{limit: channel.TextLimit{Unit: channel.Bytes, Max: 700}}
+	outer := wrapper{inner: wrapper{inner: inner}}
+	l, ok := channel.As[channel.TextLimiter](outer)
+	require.True(t, ok, "found two wrappers down")
+	require.Equal(t, 700, l.TextLimit().Max)
+	require.Equal(t, inner.limit, channel.LimitOf(outer), "LimitOf sees through wrappers")
+
+	_, ok = channel.As[channel.Typer](outer)
+	require.False(t, ok, "nobody in the chain types")
+	tw := typingWrapper{wrapper{inner: outer}}
+	got, ok := channel.As[channel.Typer](tw)
+	require.True(t, ok)
+	require.Equal(t, tw, got, "a wrapper that implements the capability is found first")
+
+	_, ok = channel.As[channel.Typer](nil)
+	require.False(t, ok)
+	// A wrapper whose chain loops ends the search instead of spinning.
+	var loop selfWrapper
+	_, ok = channel.As[channel.Typer](loop)
+	require.False(t, ok)
+}
+
+// selfWrapper unwraps to itself.
+type selfWrapper struct{ plainChannel }
+
+func (s selfWrapper) Unwrap() channel.Channel { return s }

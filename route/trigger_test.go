@@ -252,3 +252,25 @@ func TestIdentityIsOwner(t *testing.T) {
 	}
 	require.False(t, route.Identity{}.IsOwner(&channel.Event{Sender: channel.Sender{ID: "o1"}}))
 }
+
+func TestMatchedAliases(t *testing.T) {
+	t.Parallel()
+	id := route.Identity{Aliases: []string{"Mira", "米拉", "bot-chan"}}
+	for _, tc := range []struct {
+		name string
+		ev   *channel.Event
+		want []string
+	}{
+		{"one name", txt("Mira, are you there?"), []string{"Mira"}},
+		{"two names, as configured", txt("米拉 and mira both work"), []string{"Mira", "米拉"}},
+		{"quoted name does not call the bot", txt(`she said "Mira" yesterday`), nil},
+		{"no name", txt("hello everyone"), nil},
+		{"a mention is not a name", groupMsg(channel.Mention(botID), channel.Text(" hi")), nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			require.Equal(t, tc.want, route.MatchedAliases(tc.ev, id))
+		})
+	}
+	require.Nil(t, route.MatchedAliases(txt("Mira"), route.Identity{}), "no aliases configured")
+}

@@ -63,7 +63,8 @@ func acquireOwner(abs string) (*ownerLock, error) {
 	// No DB of this process holds the file, yet the lock is taken and the
 	// lock file names this process: a child process forked by this one
 	// (exec.Command) still holds a copy of a released lock's descriptor
-	// until it execs, which closes it. Wait for that, briefly.
+	// until it execs, which closes it. Wait for that, briefly (on the wall
+	// clock, not Options.Clock: it waits for the operating system).
 	for wait := time.Millisecond; errors.Is(err, errHeld) && holderPID(lp) == os.Getpid() && wait < 2*time.Second; wait *= 2 {
 		time.Sleep(wait)
 		f, err = tryLock(lp)

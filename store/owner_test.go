@@ -225,3 +225,34 @@ func ownerChild(path, mode string) {
 	}
 	panic(errors.New("unknown mode " + mode))
 }
+
+// A child process forked by this one holds a copy of the lock file's
+// descriptor until it execs: a DB closed meanwhile leaves the lock taken
+// by nobody of this process for a moment. The next Open waits for it
+// instead of failing. (The copy is made here with dup, which shares the
+// lock exactly as a forked child's inherited descriptor does.)
+func TestOpenWaitsForALockAForkedChildHolds(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "persona.db")
+	d, err := Open(path, Options{})
+	require.NoError(t, err)
+	dup, err := syscall.Dup(int(d.owner.f.Fd()))
+	require.NoError(t, err)
+	require.NoError(t, d.Close())
+	go func() {
+		time.Sleep(50 * time.Millisecond) // the child's exec
+		_ = syscall.Close(dup)
+	}()
+	d, err = Open(path, Options{})
+	require.NoError(t, err, "the lock came free when the copy was closed")
+	require.NoError(t, d.Close())
+
+	// A DB of this process that really holds it is refused at once.
+	d, err = Open(path, Options{})
+	require.NoError(t, err)
+	defer func() { require.NoError(t, d.Close()) }()
+	start := time.Now()
+	_, err = Open(path, Options{})
+	require.ErrorIs(t, err, ErrLocked)
+	require.Less(t, time.Since(start), time.Second, "no waiting for a holder that is really there")
+}

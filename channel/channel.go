@@ -2,6 +2,7 @@ package channel
 
 import (
 	"context"
+	"io"
 	"time"
 )
 
@@ -210,4 +211,52 @@ type MemberLookup interface {
 // content or frequency; the audit then checks account safety.
 type AccountRisk interface {
 	AccountRisk() bool
+}
+
+// MediaRequest says what the pipeline wants from a media reference.
+type MediaRequest struct {
+	// Type is the segment type the reference came from (image, sticker,
+	// voice, video, file).
+	Type SegmentType
+	// Format asks for a voice clip converted to this audio format ("mp3",
+	// "wav", …) where the platform can convert it (OneBot get_record's
+	// out_format); "" or a platform that cannot convert returns the clip
+	// as stored, and the MIME type of MediaContent says what it is.
+	Format string
+	// MaxBytes is the most the caller will read. A fetcher that knows the
+	// size up front may refuse a larger file at once with ErrMediaTooLarge.
+	MaxBytes int64
+}
+
+// MediaContent is what FetchMedia found. Exactly one of Body and URL is
+// set.
+type MediaContent struct {
+	// Body streams the bytes from the platform's own API (a trusted
+	// address the adapter was configured with). The caller closes it and
+	// reads at most MediaRequest.MaxBytes of it.
+	Body io.ReadCloser
+	// URL is an address on the internet where the bytes are (a platform's
+	// CDN link). The caller fetches it itself, through its public-address
+	// guard: an adapter never fetches an address it was handed by a
+	// message.
+	URL string
+	// MIME is the type the platform declared ("" = unknown; the caller
+	// sniffs the bytes either way).
+	MIME string
+	// Size is the declared size in bytes (0 = unknown).
+	Size int64
+}
+
+// MediaFetcher is the capability of channels that can get the content of
+// the media their events reference (OneBot get_image/get_record, Telegram
+// getFile). chat is the conversation the reference came from. A channel
+// without it still has its media fetched when the reference carries an
+// http(s) URL.
+//
+// FetchMedia must honour ctx and return promptly: it runs on a turn's
+// worker, never on the adapter's own goroutine. ErrMediaUnavailable (or an
+// error wrapping it) says the platform no longer has the media, or never
+// will give it: the caller stops asking. Any other error may be retried.
+type MediaFetcher interface {
+	FetchMedia(ctx context.Context, chat Chat, m Media, req MediaRequest) (MediaContent, error)
 }

@@ -22,6 +22,12 @@ var (
 	ErrRejected = errors.New("channel: rejected")
 	// ErrMuted matches any *MutedError.
 	ErrMuted = errors.New("channel: muted")
+	// ErrMediaUnavailable is returned by MediaFetcher when the platform no
+	// longer has the media (expired or deleted) or refuses it for good.
+	ErrMediaUnavailable = errors.New("channel: media unavailable")
+	// ErrMediaTooLarge is returned by MediaFetcher when the media is
+	// larger than MediaRequest.MaxBytes.
+	ErrMediaTooLarge = errors.New("channel: media too large")
 )
 
 // RateLimitedError says the platform asked to slow down.

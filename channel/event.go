@@ -92,16 +92,25 @@ const (
 	SegLink    SegmentType = "link"
 	SegFace    SegmentType = "face"
 	SegForward SegmentType = "forward"
+	// SegSticker is a sticker: an image the platform marks as a sticker
+	// (OneBot "mface" and images with sub_type 1, Telegram stickers). It
+	// carries Media like an image, is shown to a model in a few words, and
+	// is never on its own a reason to join a group conversation.
+	SegSticker SegmentType = "sticker"
 )
 
 // IsMedia reports whether segments of this type carry a Media reference.
 func (t SegmentType) IsMedia() bool {
 	switch t {
-	case SegImage, SegVoice, SegVideo, SegFile:
+	case SegImage, SegVoice, SegVideo, SegFile, SegSticker:
 		return true
 	}
 	return false
 }
+
+// IsVisual reports whether segments of this type are pictures a vision
+// model can look at (images and stickers).
+func (t SegmentType) IsVisual() bool { return t == SegImage || t == SegSticker }
 
 // Media is a reference to an image, voice clip, video or file.
 type Media struct {
@@ -112,6 +121,16 @@ type Media struct {
 	Size   int64  `json:"size,omitempty"`
 	// SHA256 is filled once the content has been downloaded and cached.
 	SHA256 string `json:"sha256,omitempty"`
+	// Duration is the length of a voice clip or video in seconds, when the
+	// platform says (0 = unknown).
+	Duration int `json:"duration,omitempty"`
+	// Description is a short description of an image or sticker, written
+	// by a vision model once and stored with the message, so history shows
+	// it as text instead of sending the picture again.
+	Description string `json:"description,omitempty"`
+	// Transcript is the text of a voice clip (speech to text), filled in
+	// by the pipeline before the gates run.
+	Transcript string `json:"transcript,omitempty"`
 }
 
 // Segment is one ordered part of a message. Which fields are set depends on

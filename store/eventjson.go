@@ -154,6 +154,12 @@ func appendSegmentJSON(dst []byte, s *channel.Segment) []byte {
 			dst = strconv.AppendInt(dst, m.Size, 10)
 		}
 		dst = appendOptString(dst, `,"sha256":`, m.SHA256)
+		if m.Duration != 0 {
+			dst = append(dst, `,"duration":`...)
+			dst = strconv.AppendInt(dst, int64(m.Duration), 10)
+		}
+		dst = appendOptString(dst, `,"description":`, m.Description)
+		dst = appendOptString(dst, `,"transcript":`, m.Transcript)
 		if len(dst) > n {
 			// Drop the comma the first field put after "{".
 			dst = append(dst[:n], dst[n+1:]...)

@@ -166,18 +166,8 @@ func (r *renderer) writeBody(w *bodyWriter, m *ChatMessage, bot bool) {
 			w.mention(r.mention(s.UserID, bot))
 		case channel.SegQuote:
 			// shown in the header
-		case channel.SegImage:
-			w.placeholder("[image]")
-		case channel.SegVoice:
-			w.placeholder("[voice]")
-		case channel.SegVideo:
-			w.placeholder("[video]")
-		case channel.SegFile:
-			if s.Media != nil && s.Media.Name != "" {
-				w.placeholder("[file: " + r.text(s.Media.Name) + "]")
-			} else {
-				w.placeholder("[file]")
-			}
+		case channel.SegImage, channel.SegSticker, channel.SegVoice, channel.SegVideo, channel.SegFile:
+			w.placeholder(r.text(MediaLabel(s)))
 		case channel.SegLink:
 			if s.Text != "" {
 				w.text(r.text(s.Text))

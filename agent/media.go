@@ -1,6 +1,12 @@
 package agent
 
-import "context"
+import (
+	"context"
+	"strconv"
+	"strings"
+
+	"github.com/personakit/persona/channel"
+)
 
 // Audio is one voice clip to turn into text.
 type Audio struct {
@@ -46,4 +52,77 @@ func AcceptsImages(m Model) bool {
 // to go to: Vision is set, or Chat itself declares it takes images.
 func (m Models) AcceptsImages() bool {
 	return m.Vision != nil || (m.Chat != nil && AcceptsImages(m.Chat))
+}
+
+// NotTranscribed is how a voice clip whose speech could not be turned into
+// text is shown to a model.
+const NotTranscribed = "[voice, not transcribed]"
+
+// MediaLabel is how a media segment is shown to a model as text: what it
+// is, and what is known of its content, never its URL or file id.
+//
+//	[image]                      [image: a cat asleep on a keyboard]
+//	[sticker]                    [sticker: laughing dog]
+//	[voice 4s]                   [voice 4s: see you at eight]
+//	[video 12s]                  [file: report.pdf, 1.2 MB, application/pdf]
+//
+// A voice clip the pipeline gave up on reads NotTranscribed. Text from a
+// description or transcript is returned as is: callers scrub ids from it
+// like any message text.
+func MediaLabel(s *channel.Segment) string {
+	var m channel.Media
+	if s.Media != nil {
+		m = *s.Media
+	}
+	kind := string(s.Type)
+	if s.Type == channel.SegVoice || s.Type == channel.SegVideo {
+		if m.Duration > 0 {
+			kind += " " + strconv.Itoa(m.Duration) + "s"
+		}
+	}
+	detail := ""
+	switch s.Type {
+	case channel.SegImage, channel.SegSticker:
+		detail = oneLine(m.Description)
+	case channel.SegVoice:
+		detail = oneLine(m.Transcript)
+		if detail == "" && m.Transcript != "" { // only blanks: heard nothing
+			detail = "(no speech)"
+		}
+	case channel.SegFile:
+		var parts []string
+		if n := oneLine(m.Name); n != "" {
+			parts = append(parts, n)
+		}
+		if m.Size > 0 {
+			parts = append(parts, humanSize(m.Size))
+		}
+		if m.MIME != "" {
+			parts = append(parts, m.MIME)
+		}
+		detail = strings.Join(parts, ", ")
+	case channel.SegVideo:
+		detail = oneLine(m.Name)
+	}
+	if detail == "" {
+		return "[" + kind + "]"
+	}
+	return "[" + kind + ": " + detail + "]"
+}
+
+// oneLine joins s's lines and runs of spaces into single spaces.
+func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
+
+// humanSize renders a byte count as "512 B", "3.4 KB", "1.2 MB".
+func humanSize(n int64) string {
+	const k = 1024
+	switch {
+	case n < k:
+		return strconv.FormatInt(n, 10) + " B"
+	case n < k*k:
+		return strconv.FormatFloat(float64(n)/k, 'f', 1, 64) + " KB"
+	case n < k*k*k:
+		return strconv.FormatFloat(float64(n)/(k*k), 'f', 1, 64) + " MB"
+	}
+	return strconv.FormatFloat(float64(n)/(k*k*k), 'f', 1, 64) + " GB"
 }

@@ -24,6 +24,9 @@ const (
 	IgnoredBotChatSuppressed outcome.Code = "ignored_bot_chat_suppressed"
 	// IgnoredVideo (G8): only video, no text and no image.
 	IgnoredVideo outcome.Code = "ignored_video"
+	// IgnoredStickerOnly (G8): only stickers (and emoji), not addressed to
+	// the bot.
+	IgnoredStickerOnly outcome.Code = "ignored_sticker_only"
 	// IgnoredBlockedUser (G9, reply gate): the sender is blocked.
 	IgnoredBlockedUser outcome.Code = "ignored_blocked_user"
 	// IgnoredNotAllowlisted (G9, reply gate): an allowlist is set and the

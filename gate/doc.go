@@ -21,6 +21,7 @@
 //	G6  response_suppression  ignored_response_suppression   sender (or chat) paused
 //	G7  bot_chat              ignored_bot_chat_suppressed    bot senders: off / mentions (default) / on
 //	G8  video                 ignored_video                  only a video
+//	                          ignored_sticker_only           unprompted only: only stickers
 //	G9  reply_gate            ignored_blocked_user, ignored_not_allowlisted, ignored_quiet_hours, ignored_member_level
 //	G10 proactive_switch      ignored_proactive_off          unprompted only: both switches off, or no router
 //	G11 stop_window           ignored_stop_requested         unprompted only: group stop in the last 10 min

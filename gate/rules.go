@@ -323,14 +323,18 @@ func (r *Rules) botChat(_ context.Context, t *Turn) Verdict {
 	return Pass
 }
 
-// G8.
+// G8: a message of nothing but video is not answered; nor, unless it is
+// addressed to the bot, one of nothing but stickers (a sticker is a
+// reaction, never on its own a reason to join a conversation).
 func videoOnly(_ context.Context, t *Turn) Verdict {
-	video := false
+	video, sticker := false, false
 	for _, s := range t.Event.Segments {
 		switch s.Type {
 		case channel.SegVideo:
 			video = true
-		case channel.SegImage:
+		case channel.SegSticker:
+			sticker = true
+		case channel.SegImage, channel.SegVoice, channel.SegLink:
 			return Pass
 		case channel.SegText:
 			for _, c := range s.Text {
@@ -340,8 +344,11 @@ func videoOnly(_ context.Context, t *Turn) Verdict {
 			}
 		}
 	}
-	if video {
+	switch {
+	case video:
 		return Stopped(IgnoredVideo, "the message is only a video")
+	case sticker && !t.Direct:
+		return Stopped(IgnoredStickerOnly, "the message is only a sticker and not addressed to the bot")
 	}
 	return Pass
 }

@@ -448,6 +448,7 @@ func TestGateBotChat(t *testing.T) {
 func TestGateVideo(t *testing.T) {
 	t.Parallel()
 	video := channel.Segment{Type: channel.SegVideo, Media: &channel.Media{URL: "v"}}
+	sticker := channel.Segment{Type: channel.SegSticker, Media: &channel.Media{URL: "s"}}
 	segs := func(s ...channel.Segment) func(tr *gate.Turn) {
 		return func(tr *gate.Turn) { tr.Event.Segments = s }
 	}
@@ -461,6 +462,14 @@ func TestGateVideo(t *testing.T) {
 		{name: "video and image", turn: segs(video, channel.Image(channel.Media{URL: "i"}))},
 		{name: "image only", turn: segs(channel.Image(channel.Media{URL: "i"}))},
 		{name: "empty message", turn: segs()},
+		{name: "video and voice", turn: segs(video, channel.Segment{Type: channel.SegVoice, Media: &channel.Media{URL: "a"}})},
+		{name: "sticker only", turn: segs(sticker), want: gate.IgnoredStickerOnly, reason: "only a sticker"},
+		{name: "stickers and an emoji", turn: segs(sticker, channel.Segment{Type: channel.SegFace, FaceID: "1"}, channel.Text(" "), sticker),
+			want: gate.IgnoredStickerOnly},
+		{name: "sticker only, direct", turn: func(tr *gate.Turn) { segs(sticker)(tr); direct(tr) }},
+		{name: "sticker and text", turn: segs(sticker, channel.Text("haha"))},
+		{name: "sticker and image", turn: segs(sticker, channel.Image(channel.Media{URL: "i"}))},
+		{name: "sticker and video", turn: segs(sticker, video), want: gate.IgnoredVideo},
 	})
 }
 

@@ -59,6 +59,10 @@ const (
 	// SupersededFollowUp: a sealed turn dropped before sending; a newer turn
 	// of the same person answers both.
 	SupersededFollowUp Code = "superseded_follow_up"
+	// SupersededMediaTurn: a message of only media (a picture, a voice
+	// clip) taken into the same sender's text message sent within the
+	// media window; that turn answers both.
+	SupersededMediaTurn Code = "superseded_media_turn"
 	// DroppedInvalidResult: a stage (gate, router, reviewer, sender — the
 	// default or an embedder's) returned a zero or invalid result, such as
 	// a route.Decision or outbound.Verdict without a valid code; the reason

@@ -184,6 +184,8 @@ func (r *renderer) text(segs []channel.Segment) string {
 			// Shown as the quote / reply_to.
 		case channel.SegFace:
 			b.WriteString(" [emoji] ")
+		case channel.SegImage, channel.SegSticker, channel.SegVoice, channel.SegVideo, channel.SegFile:
+			b.WriteString(" " + agent.MediaLabel(&s) + " ")
 		default:
 			b.WriteString(" [" + string(s.Type) + "] ")
 		}

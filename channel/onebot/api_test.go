@@ -549,6 +549,7 @@ func TestConfig(t *testing.T) {
 		{onebot.Config{CallTimeout: -time.Second}, "CallTimeout"},
 		{onebot.Config{BackoffMin: time.Minute, BackoffMax: time.Second}, "BackoffMax"},
 		{onebot.Config{ReadLimit: -1}, "ReadLimit"},
+		{onebot.Config{MediaRoot: "relative/dir"}, "MediaRoot"},
 		{onebot.Config{Addr: ":0", Listener: &net.TCPListener{}}, "not both"},
 	} {
 		_, err := onebot.New(tc.cfg)

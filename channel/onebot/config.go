@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -137,6 +138,14 @@ type Config struct {
 	// from other send failures) is trusted before a send failure refreshes
 	// it (default 1 min).
 	GroupListTTL time.Duration
+	// MediaRoot is a directory the adapter may read media from when the
+	// implementation answers get_image, get_record or get_file with a
+	// local path (its own cache directory, shared with this machine or
+	// mounted at the same path). Only regular files whose real path (after
+	// resolving symlinks) lies inside MediaRoot are read. Empty: local paths
+	// are never read, and such media is channel.ErrMediaUnavailable. It
+	// must be an absolute path.
+	MediaRoot string
 	// HTTPClient makes the HTTP API calls (ModeHTTP) and the WebSocket
 	// handshake (ModeForwardWS); nil uses a client with no overall timeout
 	// (per-call deadlines apply).
@@ -184,6 +193,12 @@ func (cfg Config) withDefaults() (Config, error) {
 		} else {
 			cfg.SelfID = strconv.FormatInt(n, 10) // as events give it
 		}
+	}
+	if cfg.MediaRoot != "" {
+		if !filepath.IsAbs(cfg.MediaRoot) {
+			bad("MediaRoot %q is not an absolute path", cfg.MediaRoot)
+		}
+		cfg.MediaRoot = filepath.Clean(cfg.MediaRoot)
 	}
 	if cfg.Addr != "" && cfg.Listener != nil {
 		bad("set Addr or Listener, not both")

@@ -433,7 +433,10 @@ func (c *Channel) stopWatchdogLocked() {
 // toSegments converts wire segments to the normalised model and reports
 // whether the bot was @-mentioned. An at segment whose qq is neither "all"
 // nor a QQ number, and a reply segment whose id is not a message id, are
-// dropped: their ids would be out of the protocol's range.
+// dropped: their ids would be out of the protocol's range. image segments
+// marked as stickers (sub_type 1, go-cqhttp's subType 1) and mface segments
+// (NapCat's market faces: url, and summary as the name) become
+// channel.SegSticker; record, video and file become voice, video and file.
 func toSegments(m Message, selfID string) ([]channel.Segment, bool) {
 	var out []channel.Segment
 	toMe := false
@@ -463,8 +466,14 @@ func toSegments(m Message, selfID string) ([]channel.Segment, bool) {
 			}
 		case "face":
 			out = append(out, channel.Segment{Type: channel.SegFace, FaceID: d["id"]})
-		case "image", "mface":
-			out = append(out, channel.Segment{Type: channel.SegImage, Media: toMedia(d)})
+		case "image":
+			t := channel.SegImage
+			if d["sub_type"] == "1" || d["subType"] == "1" {
+				t = channel.SegSticker
+			}
+			out = append(out, channel.Segment{Type: t, Media: toMedia(d)})
+		case "mface":
+			out = append(out, channel.Segment{Type: channel.SegSticker, Media: &channel.Media{URL: d["url"], Name: d["summary"]}})
 		case "record":
 			out = append(out, channel.Segment{Type: channel.SegVoice, Media: toMedia(d)})
 		case "video":
@@ -488,13 +497,22 @@ func isRemote(s string) bool {
 	return strings.HasPrefix(s, "http://") || strings.HasPrefix(s, "https://")
 }
 
+// toMedia reads the media reference of an image, record, video or file
+// segment: url (else a remote file) as URL, file_id (else a file that is
+// not a URL) as FileID, name or file_name (else the file's name) as Name,
+// file_size or size as Size. MIME stays empty: OneBot v11 declares none.
 func toMedia(d map[string]string) *channel.Media {
-	m := &channel.Media{URL: d["url"], FileID: firstNonEmpty(d["file_id"], d["file"]), Name: d["name"]}
-	if m.URL == "" && isRemote(d["file"]) {
-		m.URL = d["file"]
+	file := d["file"]
+	m := &channel.Media{URL: d["url"], FileID: d["file_id"], Name: firstNonEmpty(d["name"], d["file_name"])}
+	if isRemote(file) {
+		if m.URL == "" {
+			m.URL = file
+		}
+	} else if m.FileID == "" {
+		m.FileID = file
 	}
-	if m.Name == "" && d["file"] != "" && !isRemote(d["file"]) && !strings.HasPrefix(d["file"], "base64://") {
-		m.Name = d["file"]
+	if m.Name == "" && file != "" && !isRemote(file) && !strings.HasPrefix(file, "base64://") {
+		m.Name = file
 	}
 	for _, k := range []string{"file_size", "size"} {
 		if n, err := strconv.ParseInt(d[k], 10, 64); err == nil && n > 0 {

@@ -66,9 +66,36 @@
 // (get_group_list + get_friend_list), channel.Recaller (delete_msg),
 // channel.ForwardSender (send_group_forward_msg / send_private_forward_msg),
 // channel.MemberLookup (get_group_member_info), channel.Typer (NapCat's
-// set_input_status, private chats), channel.TextLimiter (900 runes) and
-// channel.AccountRisk. [Channel.Call] makes any other action and
+// set_input_status, private chats), channel.TextLimiter (900 runes),
+// channel.AccountRisk and channel.MediaFetcher (see Media). [Channel.Call] makes any other action and
 // [Channel.GetMessage] wraps get_msg.
+//
+// # Media
+//
+// Image, record, video and file segments become channel.SegImage,
+// SegVoice, SegVideo and SegFile with a channel.Media: url (or a file
+// that is an http(s) URL) as URL, file_id or file as FileID, name,
+// file_name or file as Name, file_size or size as Size (OneBot declares
+// no MIME type). Images marked as stickers (sub_type 1; go-cqhttp's
+// subType 1) and NapCat's market faces (mface: url, and summary such as
+// "[开心]" as Name) become channel.SegSticker. Quoted messages (from the
+// cache or get_msg) are converted the same way.
+//
+// [Channel.FetchMedia] (channel.MediaFetcher) gets the content: an
+// image's or sticker's http(s) URL, and a video's or file's, is handed
+// back as MediaContent.URL for the caller to fetch through its own
+// address guard (the adapter never downloads an address a message gave
+// it); otherwise it asks the implementation: get_image, get_record (with
+// out_format = MediaRequest.Format, so QQ's silk voice comes back as mp3
+// or wav where the implementation can convert) or NapCat's get_file. The
+// answer's base64 becomes MediaContent.Body, its url MediaContent.URL, and
+// its file (a path on the implementation's machine) is read only when
+// Config.MediaRoot is set and the file's real path lies inside it. Sizes
+// declared over MediaRequest.MaxBytes are channel.ErrMediaTooLarge; a file
+// the implementation no longer has (retcode 100 or 102), an unsupported
+// action (1404) or a local path that may not be read is
+// channel.ErrMediaUnavailable; timeouts and a lost connection may be
+// retried.
 //
 // Bad input never panics: malformed frames, unknown events and events for
 // another account are logged (malformed_frame, unknown_event, invalid_event)

@@ -3,6 +3,7 @@ package onebot_test
 import (
 	"testing"
 
+	"github.com/personakit/persona/channel"
 	"github.com/personakit/persona/channel/onebot"
 )
 
@@ -16,6 +17,14 @@ var fuzzSeeds = []string{
 	"[CQ:share,title=标题中有=等号,url=http://baidu.com]",
 	"- &#91;x&#93; 使用 `&amp;data` 获取地址",
 	"[CQ:[CQ:face]", "[CQ:", "[[CQ:at,qq=1]]", "&amp;#91;", "[CQ:text,text=a]b", "\xff[CQ:x,\xfe=1]",
+	"[CQ:image,file=S.gif,sub_type=1,summary=&#91;动画表情&#93;,url=https://s.example/s.gif?a=1&amp;b=2]",
+	"[CQ:image,file=S.image,subType=1]",
+	"[CQ:mface,emoji_id=7dd2,emoji_package_id=235125,key=k,summary=&#91;开心&#93;,url=https://gxh.example/raw300.gif]",
+	"[CQ:record,file=v.amr,url=https://v.example/v.amr,file_size=900]",
+	"[CQ:video,file=https://v.example/m.mp4]",
+	"[CQ:file,file=doc.pdf,file_id=/f-1,file_size=2048,file_name=doc.pdf]",
+	"[CQ:image,file=base64://aGk=]",
+	"[CQ:image,file=file:///tmp/a.png,sub_type=1x]",
 }
 
 // FuzzParseCQ: ParseCQ never panics, always returns a valid segment list,
@@ -32,6 +41,43 @@ func FuzzParseCQ(f *testing.F) {
 		r := onebot.RenderCQ(m)
 		if back := onebot.ParseCQ(r); !onebot.EqualMessages(m, back) {
 			t.Fatalf("ParseCQ(RenderCQ(%+v)) = %+v (via %q, from %q)", m, back, r, s)
+		}
+	})
+}
+
+// FuzzToSegments: the conversion of any CQ-code message never panics;
+// every media segment carries Media, stickers come only from image and
+// mface segments, and only sticker-marked images become stickers.
+func FuzzToSegments(f *testing.F) {
+	for _, s := range fuzzSeeds {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		m := onebot.ParseCQ(s)
+		segs := onebot.ToSegments(m, "10001000")
+		stickers, images := 0, 0
+		for _, w := range m {
+			switch {
+			case w.Type == "mface", w.Type == "image" && (w.Data["sub_type"] == "1" || w.Data["subType"] == "1"):
+				stickers++
+			case w.Type == "image":
+				images++
+			}
+		}
+		gotStickers, gotImages := 0, 0
+		for _, seg := range segs {
+			if seg.Type.IsMedia() && seg.Media == nil {
+				t.Fatalf("media segment without Media: %+v (from %q)", seg, s)
+			}
+			switch seg.Type {
+			case channel.SegSticker:
+				gotStickers++
+			case channel.SegImage:
+				gotImages++
+			}
+		}
+		if gotStickers != stickers || gotImages != images {
+			t.Fatalf("%q: %d stickers and %d images, want %d and %d", s, gotStickers, gotImages, stickers, images)
 		}
 	})
 }
@@ -58,8 +104,8 @@ func FuzzCQRoundTrip(f *testing.F) {
 // texts and values are full of the characters that need escaping.
 func genMessage(data []byte) onebot.Message {
 	g := &gen{b: data}
-	types := []string{"face", "image", "at", "reply", "share", "node", "x.y-z_1", "record"}
-	keys := []string{"id", "file", "qq", "url", "title", "content", "k_1", "type"}
+	types := []string{"face", "image", "at", "reply", "share", "node", "x.y-z_1", "record", "mface", "video", "file"}
+	keys := []string{"id", "file", "qq", "url", "title", "content", "k_1", "type", "sub_type", "summary", "file_id", "file_size"}
 	var m onebot.Message
 	for n := g.next() % 8; n > 0 && !g.done(); n-- {
 		if g.next()%3 == 0 {

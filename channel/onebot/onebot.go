@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -36,8 +37,8 @@ var (
 
 // Channel is a OneBot v11 adapter for one bot account: a channel.Channel
 // that also implements the optional capabilities HistoryFetcher,
-// ChatLister, Typer, Recaller, ForwardSender, MemberLookup, TextLimiter and
-// AccountRisk, and http.Handler (the reverse-WebSocket endpoint or the HTTP
+// ChatLister, Typer, Recaller, ForwardSender, MemberLookup, TextLimiter,
+// AccountRisk and MediaFetcher, and http.Handler (the reverse-WebSocket endpoint or the HTTP
 // POST event receiver, depending on the mode).
 //
 // Create it with New. It is safe for concurrent use; Run is called once at a
@@ -86,6 +87,7 @@ var (
 	_ channel.MemberLookup   = (*Channel)(nil)
 	_ channel.TextLimiter    = (*Channel)(nil)
 	_ channel.AccountRisk    = (*Channel)(nil)
+	_ channel.MediaFetcher   = (*Channel)(nil)
 	_ http.Handler           = (*Channel)(nil)
 )
 
@@ -433,6 +435,7 @@ func (q *quoteCache) put(chat channel.Chat, qt channel.Quoted) {
 	if _, ok := q.m[k]; !ok {
 		q.order = append(q.order, k)
 	}
+	qt.Segments = cloneSegments(qt.Segments)
 	q.m[k] = qt
 	for len(q.order) > q.max {
 		delete(q.m, q.order[0])
@@ -444,7 +447,25 @@ func (q *quoteCache) get(chat channel.Chat, id string) (channel.Quoted, bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	qt, ok := q.m[quoteKey(chat, id)]
+	qt.Segments = cloneSegments(qt.Segments)
 	return qt, ok
+}
+
+// cloneSegments deep-copies segments and their media, so an event handed
+// to the sink (whose media the pipeline fills in) shares nothing with the
+// quote cache.
+func cloneSegments(in []channel.Segment) []channel.Segment {
+	if in == nil {
+		return nil
+	}
+	out := slices.Clone(in)
+	for i := range out {
+		if out[i].Media != nil {
+			m := *out[i].Media
+			out[i].Media = &m
+		}
+	}
+	return out
 }
 
 // groupCache is the bot's group list as last fetched.

@@ -141,11 +141,11 @@ func TestEventNormalisation(t *testing.T) {
 				require.Equal(t, p("4242"), ev.Chat)
 				require.Equal(t, []channel.Segment{
 					{Type: channel.SegVoice, Media: &channel.Media{URL: "https://v.example/v.amr", FileID: "v.amr", Name: "v.amr"}},
-					{Type: channel.SegVideo, Media: &channel.Media{URL: "https://v.example/m.mp4", FileID: "https://v.example/m.mp4"}},
+					{Type: channel.SegVideo, Media: &channel.Media{URL: "https://v.example/m.mp4"}},
 					{Type: channel.SegFile, Media: &channel.Media{URL: "https://f.example/doc.pdf", FileID: "/abc", Name: "doc.pdf", Size: 2048}},
 					{Type: channel.SegForward, MessageID: "fw1"},
 					{Type: channel.SegLink, URL: "https://a.example", Text: "A"},
-					channel.Image(channel.Media{URL: "https://m.example/x.gif"}),
+					{Type: channel.SegSticker, Media: &channel.Media{URL: "https://m.example/x.gif", Name: "[x]"}},
 				}, ev.Segments)
 				require.True(t, ev.MediaOnly())
 			}},

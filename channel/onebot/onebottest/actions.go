@@ -125,6 +125,8 @@ func (s *Server) act(ctx context.Context, action string, p params) result {
 		return s.sendForward(action, true, p)
 	case "send_private_forward_msg":
 		return s.sendForward(action, false, p)
+	case "get_image", "get_record", "get_file":
+		return s.getMedia(action, p)
 	case "set_input_status":
 		uid, ok := p.int64("user_id")
 		if !ok {

@@ -26,7 +26,8 @@
 // send_group_msg, send_msg, delete_msg, get_msg, get_group_member_info,
 // get_group_list, get_friend_list, get_group_msg_history,
 // get_friend_msg_history (parameters per Config.Dialect),
-// send_group_forward_msg, send_private_forward_msg and set_input_status,
+// send_group_forward_msg, send_private_forward_msg, set_input_status and
+// the media actions get_image, get_record (with out_format) and get_file,
 // with the response envelope {status, retcode, data, echo} (and the
 // _async / _rate_limited suffixes); unknown actions get retcode 1404 (HTTP
 // 404).
@@ -43,6 +44,13 @@
 // read back with [Server.Sent], [Server.WaitSent], [Server.Calls],
 // [Server.WaitCall], [Server.History], [Server.Typing] and
 // [Server.Message].
+//
+// Media for the media actions is registered with [Server.AddMedia]: a
+// [MediaFile] holds the bytes and says how the answer carries them (base64,
+// an url, or a local path in file, as NapCat, go-cqhttp and the v11 spec
+// answer) and which get_record out_format conversions exist; unknown files
+// are answered with RetcodeFailed. Messages with image, record, video, file
+// or mface segments are emitted like any other (Incoming.Message).
 //
 // Server implements chantest.PlatformDriver (Emit, Received, SetOffline,
 // RejectNextSend), so it plugs into chantest.Conformance directly.

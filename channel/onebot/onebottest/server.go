@@ -220,6 +220,7 @@ type Server struct {
 	sent       []Sent
 	calls      []Call
 	typing     []int64
+	media      map[string]MediaFile
 	dials      int
 	lastDial   int
 	closed     bool
@@ -259,6 +260,7 @@ func New(cfg Config) *Server {
 		seqs:    map[chatKey]int64{},
 		msgs:    map[int32]*Record{},
 		byChat:  map[chatKey][]*Record{},
+		media:   map[string]MediaFile{},
 		n:       999,
 	}
 }

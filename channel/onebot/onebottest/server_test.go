@@ -253,3 +253,34 @@ func TestPostSigned(t *testing.T) {
 // parallel test) closes http.DefaultTransport's idle connections, which can
 // break a request that was about to use one.
 var ownClient = &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}
+
+// TestMediaActions: get_image, get_record and get_file answer registered
+// media with base64, url or file as registered, get_record honours
+// out_format, unknown files get retcode 100 and a missing file 1400.
+func TestMediaActions(t *testing.T) {
+	t.Parallel()
+	fake, srv := start(t, onebottest.Config{})
+	fake.AddMedia("a.image", onebottest.MediaFile{Bytes: []byte("img"), Base64: true, URL: "https://cdn.example/a.png"})
+	fake.AddMedia("v.amr", onebottest.MediaFile{Bytes: []byte("silk"), LocalPath: "/cache/v.amr", Formats: map[string][]byte{"mp3": []byte("mp3!")}})
+	fake.AddMedia("/f-1", onebottest.MediaFile{Bytes: []byte("doc"), Name: "doc.pdf", Size: -1})
+	get := func(path string) envelope {
+		req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, srv.URL+path, nil)
+		_, env := do(t, req)
+		return env
+	}
+	env := get("/get_image?file=a.image")
+	require.JSONEq(t, `{"base64":"aW1n","url":"https://cdn.example/a.png","file_size":"3","size":3,"file_name":"a.image","filename":"a.image"}`, string(env.Data))
+	env = get("/get_record?file=v.amr")
+	require.JSONEq(t, `{"file":"/cache/v.amr","file_size":"4","size":4,"file_name":"v.amr","filename":"v.amr"}`, string(env.Data))
+	env = get("/get_record?file=v.amr&out_format=mp3")
+	require.JSONEq(t, `{"base64":"bXAzIQ==","file_size":"4","size":4,"file_name":"v.amr","filename":"v.amr"}`, string(env.Data))
+	env = get("/get_record?file=v.amr&out_format=flac")
+	require.Contains(t, string(env.Data), `"file":"/cache/v.amr"`, "an unknown format is the clip as stored")
+	env = get("/get_file?file_id=/f-1")
+	require.JSONEq(t, `{"base64":"ZG9j","file_name":"doc.pdf","filename":"doc.pdf"}`, string(env.Data))
+	env = get("/get_image?file=nope")
+	require.Equal(t, "failed", env.Status)
+	require.Equal(t, onebottest.RetcodeFailed, env.Retcode)
+	env = get("/get_file")
+	require.Equal(t, int64(1400), env.Retcode)
+}

@@ -8,6 +8,8 @@ import (
 	"os"
 	"strings"
 	"time"
+
+	"github.com/openai/openai-go/v3/option"
 )
 
 // Defaults used by [New] and [FromEnv].
@@ -55,6 +57,9 @@ type Config struct {
 	// it; many OpenAI-compatible servers only understand "max_tokens", which
 	// is therefore the default.
 	MaxCompletionTokens bool
+	// Vision declares that the model takes image parts (user messages
+	// with agent.Part images); [Model.AcceptsImages] reports it.
+	Vision bool
 }
 
 // validate checks c and returns the normalised base URL.
@@ -70,21 +75,46 @@ func (c Config) validate() (string, error) {
 	if c.Timeout < 0 {
 		return "", fmt.Errorf("openai: Config.Timeout must not be negative, got %s", c.Timeout)
 	}
-	base := strings.TrimSpace(c.BaseURL)
+	return baseURL("Config", c.BaseURL)
+}
+
+// baseURL checks an endpoint URL ("" = [DefaultBaseURL]); cfg names the
+// config type in errors.
+func baseURL(cfg, raw string) (string, error) {
+	base := strings.TrimSpace(raw)
 	if base == "" {
 		return DefaultBaseURL, nil
 	}
 	u, err := url.Parse(base)
 	if err != nil {
-		return "", fmt.Errorf("openai: Config.BaseURL %q does not parse: %w", base, err)
+		return "", fmt.Errorf("openai: %s.BaseURL %q does not parse: %w", cfg, base, err)
 	}
 	if u.Scheme != "http" && u.Scheme != "https" {
-		return "", fmt.Errorf("openai: Config.BaseURL %q must be an http or https URL", base)
+		return "", fmt.Errorf("openai: %s.BaseURL %q must be an http or https URL", cfg, base)
 	}
 	if u.Host == "" {
-		return "", fmt.Errorf("openai: Config.BaseURL %q has no host", base)
+		return "", fmt.Errorf("openai: %s.BaseURL %q has no host", cfg, base)
 	}
 	return base, nil
+}
+
+// clientOptions are the SDK options of every client here: the base URL,
+// the key and client given, and no SDK retries. The services are built
+// from these options alone (never with the SDK's NewClient, whose
+// defaults read OPENAI_API_KEY, OPENAI_BASE_URL and other variables from
+// the process environment).
+func clientOptions(base, apiKey string, hc *http.Client) []option.RequestOption {
+	opts := []option.RequestOption{
+		option.WithBaseURL(base),
+		option.WithMaxRetries(0),
+	}
+	if apiKey != "" {
+		opts = append(opts, option.WithAPIKey(apiKey))
+	}
+	if hc != nil {
+		opts = append(opts, option.WithHTTPClient(hc))
+	}
+	return opts
 }
 
 // FromEnv builds a Config from environment variables looked up with getenv

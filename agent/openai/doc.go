@@ -1,6 +1,7 @@
 // Package openai implements [agent.Model] for any OpenAI-compatible Chat
 // Completions endpoint (OpenAI, Azure-style proxies, vLLM, Ollama, LiteLLM,
-// DeepSeek, …) on top of the official openai-go SDK.
+// DeepSeek, …) and [agent.Transcriber] for the matching
+// /audio/transcriptions endpoint, on top of the official openai-go SDK.
 //
 // # Overview
 //
@@ -49,6 +50,26 @@
 //
 // The provider's error message is kept in [agent.Error].Message.
 //
+// Config.Vision declares that the model takes images: [Model.AcceptsImages]
+// reports it ([agent.ImageInput]), so the pipeline sends pictures only to
+// a model that can see them. A user message with Parts goes out as an
+// array of content parts: a text part with Content (when not empty), then
+// one image_url part per Part with its URL and detail.
+//
+// # Speech to text
+//
+// [NewTranscriber] takes a [TranscriberConfig] (base URL, API key, model,
+// default [DefaultTranscriptionModel], optional language and prompt,
+// timeout, HTTP client) and returns a [*Transcriber]. Each
+// [Transcriber.Transcribe] call is one multipart POST
+// /audio/transcriptions whose file part carries [agent.Audio].Name as its
+// file name (servers pick the decoder by the extension) and MIME as its
+// content type, and returns the "text" of the JSON answer. Its errors are
+// classified like the chat model's. Neither constructor reads the process
+// environment: the SDK services are built from explicit options only
+// (openai-go's NewClient would pick up OPENAI_API_KEY, OPENAI_BASE_URL and
+// more).
+//
 // # Implementing
 //
 // Nothing here is meant to be implemented; to talk to a provider with a
@@ -58,6 +79,7 @@
 //
 // # Concurrency
 //
-// A [*Model] is immutable after [New] and safe for concurrent use; calls
-// share the configured HTTP client and its connection pool.
+// A [*Model] is immutable after [New], and a [*Transcriber] after
+// [NewTranscriber]; both are safe for concurrent use, and calls share the
+// configured HTTP client and its connection pool.
 package openai

@@ -26,9 +26,13 @@ type Model struct {
 	purposeModels       map[string]string
 	timeout             time.Duration
 	maxCompletionTokens bool
+	vision              bool
 }
 
-var _ agent.Model = (*Model)(nil)
+var (
+	_ agent.Model      = (*Model)(nil)
+	_ agent.ImageInput = (*Model)(nil)
+)
 
 // New validates cfg and returns a Model. It never reads the process
 // environment (use [FromEnv] for that) and disables the SDK's own retries:
@@ -38,16 +42,7 @@ func New(cfg Config) (*Model, error) {
 	if err != nil {
 		return nil, err
 	}
-	opts := []option.RequestOption{
-		option.WithBaseURL(base),
-		option.WithMaxRetries(0),
-	}
-	if cfg.APIKey != "" {
-		opts = append(opts, option.WithAPIKey(cfg.APIKey))
-	}
-	if cfg.HTTPClient != nil {
-		opts = append(opts, option.WithHTTPClient(cfg.HTTPClient))
-	}
+	opts := clientOptions(base, cfg.APIKey, cfg.HTTPClient)
 	timeout := cfg.Timeout
 	if timeout == 0 {
 		timeout = DefaultTimeout
@@ -58,8 +53,13 @@ func New(cfg Config) (*Model, error) {
 		purposeModels:       maps.Clone(cfg.PurposeModels),
 		timeout:             timeout,
 		maxCompletionTokens: cfg.MaxCompletionTokens,
+		vision:              cfg.Vision,
 	}, nil
 }
+
+// AcceptsImages reports Config.Vision: whether requests may carry image
+// parts ([agent.ImageInput]).
+func (m *Model) AcceptsImages() bool { return m.vision }
 
 // ModelFor returns the model name used for requests with the given purpose:
 // its Config.PurposeModels entry, else Config.Model.

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/personakit/persona/channel"
@@ -187,17 +188,35 @@ func (c *Channel) methodURL(method string) string {
 	return c.apiBase + "/bot" + c.token + "/" + method
 }
 
-// redact removes the token from an error (net/http puts the request URL in
-// *url.Error).
+// redact removes the token from an error: net/http puts the request URL
+// in *url.Error, and a transport may repeat it in the error it wraps, in
+// which case the error is replaced by one with the token cut out of its
+// text that still matches (errors.Is) what the original matched.
 func (c *Channel) redact(err error) error {
 	var ue *url.Error
 	if errors.As(err, &ue) {
 		cp := *ue
 		cp.URL = c.apiBase + "/bot<redacted>/..."
-		return &cp
+		err = &cp
+	}
+	if err != nil && c.token != "" && strings.Contains(err.Error(), c.token) {
+		return &redactedError{msg: strings.ReplaceAll(err.Error(), c.token, "<redacted>"), err: err}
 	}
 	return err
 }
+
+// redactedError is an error whose text had the token in it. It has no
+// Unwrap, so the original text cannot be reached; Is consults the
+// original.
+type redactedError struct {
+	msg string
+	err error
+}
+
+func (e *redactedError) Error() string { return e.msg }
+
+// Is reports whether the original error matches target.
+func (e *redactedError) Is(target error) bool { return errors.Is(e.err, target) }
 
 // Wire types: the subset of the Bot API types the adapter reads.
 
@@ -242,8 +261,17 @@ type tgFile struct {
 	Title      string `json:"title"`
 	MimeType   string `json:"mime_type"`
 	FileSize   int64  `json:"file_size"`
+	Duration   int    `json:"duration"`
 	IsAnimated bool   `json:"is_animated"`
 	IsVideo    bool   `json:"is_video"`
+	Emoji      string `json:"emoji"`
+}
+
+// tgFileInfo is the File object getFile returns.
+type tgFileInfo struct {
+	FileID   string `json:"file_id"`
+	FileSize int64  `json:"file_size"`
+	FilePath string `json:"file_path"`
 }
 
 type tgMessage struct {

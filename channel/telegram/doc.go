@@ -38,10 +38,17 @@
 //   - reply_to_message becomes a leading quote segment and Event.Quoted
 //     (FromBot when the bot wrote it); in forum topics the implicit reply to
 //     the topic's creation message is not a quote;
-//   - photo (the largest size), voice, video, video_note, animation,
-//     audio, document and sticker become media segments carrying the
-//     file_id (no URL: a download URL would contain the token); the
-//     caption is the text;
+//   - media become segments whose Media carries the file_id (never a URL:
+//     a download URL would contain the token) and Size: photo (the
+//     largest size) a channel.SegImage (image/jpeg); sticker a
+//     channel.SegSticker with MIME image/webp, application/x-tgsticker
+//     (is_animated) or video/webm (is_video) and Name = its emoji; voice
+//     a channel.SegVoice (mime_type, default audio/ogg; Duration); video,
+//     video_note and animation a channel.SegVideo (Duration; an
+//     animation's document twin is dropped); audio (a music file: Name
+//     from file_name or title, Duration) and document (Name from
+//     file_name) a channel.SegFile. The caption is the text. The media of
+//     reply_to_message go into Quoted.Segments the same way;
 //   - edited_message becomes a KindNotice event with Notice.Type
 //     channel.NoticeMessageEdited, TargetMessageID the edited message and the
 //     new content as segments (edits never re-trigger a reply);
@@ -71,7 +78,11 @@
 // name (see [Channel.Send]). The text limit is 4096 UTF-16 units
 // ([Channel.TextLimit]). [Channel.Typing] sends the "typing" chat action,
 // [Channel.Recall] deletes a message and [Channel.LookupMember] asks
-// getChatMember.
+// getChatMember. [Channel.FetchMedia] (channel.MediaFetcher) turns a
+// file_id into its bytes: getFile, then a GET of
+// <APIBase>/file/bot<token>/<file_path> handed to the caller as
+// MediaContent.Body (the Bot API limits bot downloads to 20 MB,
+// [MaxDownloadBytes]).
 //
 // # Pointing a real bot at it
 //
@@ -124,7 +135,12 @@
 // status only: 429 rate limited with retry_after, 400 a definitive
 // rejection (and channel.ErrMediaInvalid for media), 403 a definitive
 // rejection that also matches channel.ErrKicked, 401/404 offline; 5xx,
-// 409 and network errors are transient.
+// 409 and network errors are transient. FetchMedia reports an invalid or
+// expired file_id (getFile 400) and a vanished file (download 404) as
+// channel.ErrMediaUnavailable, and a file larger than
+// MediaRequest.MaxBytes as channel.ErrMediaTooLarge before downloading
+// it. Transport errors have the token cut out, also where a transport
+// repeats the URL in its own message.
 //
 // Not supported: uploading local files (send a URL or file_id),
 // forum-topic threads on send, channel posts, Outgoing.IdempotencyKey (the

@@ -211,6 +211,9 @@ func FuzzDecodeUpdate(f *testing.F) {
 	f.Add([]byte(`{"update_id":-1}`))
 	f.Add([]byte(`{"update_id":3,"message":{"message_id":5,"chat":{"id":-1},"new_chat_members":[{"id":1}]}}`))
 	f.Add([]byte(`{not json`))
+	f.Add([]byte(updateWith("photo", `[{"file_id":"p","width":1,"height":1}]`, false)))
+	f.Add([]byte(updateWith("sticker", `{"file_id":"s","is_animated":true,"emoji":"😀"}`, true)))
+	f.Add([]byte(updateWith("reply_to_message.voice", `{"file_id":"v","duration":3}`, false)))
 	f.Fuzz(func(t *testing.T, raw []byte) {
 		d, err := testBot.decodeUpdate(raw, now)
 		if err != nil {
@@ -223,6 +226,7 @@ func FuzzDecodeUpdate(f *testing.F) {
 		}
 		for _, ev := range d.events {
 			checkEventIDs(t, ev)
+			checkMedia(t, ev)
 		}
 	})
 }

@@ -293,30 +293,39 @@ func usersOf(m *tgMessage) []tgUser {
 }
 
 // content returns the segments of a message's own content (no quote): its
-// media, then its text or caption with mentions resolved.
+// media, then its text or caption with mentions resolved. Media carry the
+// file_id (never a URL: a download URL contains the token).
 func (b botInfo) content(m *tgMessage) ([]channel.Segment, bool) {
 	var segs []channel.Segment
-	media := func(t channel.SegmentType, md channel.Media) {
+	add := func(t channel.SegmentType, md channel.Media) {
 		segs = append(segs, channel.Segment{Type: t, Media: &md})
 	}
 	if p, ok := largestPhoto(m.Photo); ok {
-		media(channel.SegImage, channel.Media{FileID: p.FileID, MIME: "image/jpeg", Size: p.FileSize})
+		add(channel.SegImage, channel.Media{FileID: p.FileID, MIME: "image/jpeg", Size: p.FileSize})
 	}
-	file := func(t channel.SegmentType, f *tgFile, defMIME string) {
-		if f != nil && f.FileID != "" {
-			media(t, channel.Media{FileID: f.FileID, MIME: cmp.Or(f.MimeType, defMIME), Size: f.FileSize, Name: cmp.Or(f.FileName, f.Title)})
+	// file adds a voice clip, video or file; name says whether it keeps
+	// its file name (a music file falls back to its title).
+	file := func(t channel.SegmentType, f *tgFile, defMIME string, name bool) {
+		if f == nil || f.FileID == "" {
+			return
 		}
+		md := channel.Media{FileID: f.FileID, MIME: cmp.Or(f.MimeType, defMIME), Size: f.FileSize, Duration: max(f.Duration, 0)}
+		if name {
+			md.Name = cmp.Or(f.FileName, f.Title)
+		}
+		add(t, md)
 	}
-	file(channel.SegVoice, m.Voice, "audio/ogg")
-	file(channel.SegVideo, m.VideoNote, "video/mp4")
-	file(channel.SegVideo, m.Video, "video/mp4")
+	file(channel.SegVoice, m.Voice, "audio/ogg", false)
+	file(channel.SegVideo, m.VideoNote, "video/mp4", false)
+	file(channel.SegVideo, m.Video, "video/mp4", false)
 	if m.Animation != nil {
-		file(channel.SegVideo, m.Animation, "video/mp4")
+		// An animation comes with a document twin of the same file.
+		file(channel.SegVideo, m.Animation, "video/mp4", false)
 	} else {
-		file(channel.SegFile, m.Document, "application/octet-stream")
+		file(channel.SegFile, m.Document, "application/octet-stream", true)
 	}
-	file(channel.SegFile, m.Audio, "audio/mpeg")
-	if s := m.Sticker; s != nil {
+	file(channel.SegFile, m.Audio, "audio/mpeg", true)
+	if s := m.Sticker; s != nil && s.FileID != "" {
 		mime := "image/webp"
 		switch {
 		case s.IsVideo:
@@ -324,7 +333,7 @@ func (b botInfo) content(m *tgMessage) ([]channel.Segment, bool) {
 		case s.IsAnimated:
 			mime = "application/x-tgsticker"
 		}
-		file(channel.SegImage, &tgFile{FileID: s.FileID, MimeType: mime, FileSize: s.FileSize}, mime)
+		add(channel.SegSticker, channel.Media{FileID: s.FileID, MIME: mime, Size: s.FileSize, Name: s.Emoji})
 	}
 	text, ents := m.Text, m.Entities
 	if text == "" {

@@ -1,6 +1,8 @@
 package telegram
 
 import (
+	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -116,8 +118,8 @@ func TestOfficialPayloads(t *testing.T) {
 		{"forwarded", officialForwarded, []channel.Segment{channel.Text("/start")}, officialSender},
 		{"forwarded channel message", officialForwardedChannel, []channel.Segment{channel.Text("/start")}, officialSender},
 		{"entities", officialEntities, []channel.Segment{channel.Text("Bold and italics")}, officialSender},
-		{"audio", officialAudio, media(channel.SegFile, channel.Media{FileID: "AwADBAADbXXXXXXXXXXXGBdhD2l6_XX", MIME: "audio/mpeg", Size: 3897500, Name: "Test music file"}), officialSender},
-		{"voice", officialVoice, media(channel.SegVoice, channel.Media{FileID: "AwADBAADbXXXXXXXXXXXGBdhD2l6_XX", MIME: "audio/ogg", Size: 23000}), officialSender},
+		{"audio", officialAudio, media(channel.SegFile, channel.Media{FileID: "AwADBAADbXXXXXXXXXXXGBdhD2l6_XX", MIME: "audio/mpeg", Size: 3897500, Name: "Test music file", Duration: 243}), officialSender},
+		{"voice", officialVoice, media(channel.SegVoice, channel.Media{FileID: "AwADBAADbXXXXXXXXXXXGBdhD2l6_XX", MIME: "audio/ogg", Size: 23000, Duration: 5}), officialSender},
 		{"document", officialDocument, media(channel.SegFile, channel.Media{FileID: "AwADBAADbXXXXXXXXXXXGBdhD2l6_XX", MIME: "application/pdf", Size: 536392, Name: "Testfile.pdf"}), officialSender},
 	}
 	for _, tc := range tests {
@@ -325,7 +327,7 @@ func TestMessageShapes(t *testing.T) {
 				segs := d.events[0].Segments
 				require.Len(t, segs, 2, "the document twin of an animation is not repeated")
 				require.Equal(t, channel.SegVideo, segs[0].Type)
-				require.Equal(t, channel.SegImage, segs[1].Type)
+				require.Equal(t, channel.SegSticker, segs[1].Type)
 				require.Equal(t, "video/webm", segs[1].Media.MIME)
 				require.True(t, d.events[0].MediaOnly())
 			}},
@@ -396,6 +398,94 @@ func TestMessageShapes(t *testing.T) {
 	}
 }
 
+// TestMediaNormalised checks every media kind: segment type, file id,
+// MIME (with its default), size, duration and name.
+func TestMediaNormalised(t *testing.T) {
+	t.Parallel()
+	const head = `{"update_id":1,"message":{"message_id":9,"date":1700000000,"chat":{"id":42,"type":"private","first_name":"A"},"from":{"id":42,"is_bot":false,"first_name":"A"},`
+	tests := []struct {
+		name, body string
+		want       channel.Segment
+	}{
+		{"static sticker", `"sticker":{"file_id":"st1","file_unique_id":"u","type":"regular","width":512,"height":512,"is_animated":false,"is_video":false,"emoji":"😂","file_size":3100}`,
+			channel.Segment{Type: channel.SegSticker, Media: &channel.Media{FileID: "st1", MIME: "image/webp", Size: 3100, Name: "😂"}}},
+		{"animated sticker", `"sticker":{"file_id":"st2","is_animated":true,"is_video":false,"emoji":"🐱"}`,
+			channel.Segment{Type: channel.SegSticker, Media: &channel.Media{FileID: "st2", MIME: "application/x-tgsticker", Name: "🐱"}}},
+		{"video sticker", `"sticker":{"file_id":"st3","is_animated":false,"is_video":true}`,
+			channel.Segment{Type: channel.SegSticker, Media: &channel.Media{FileID: "st3", MIME: "video/webm"}}},
+		{"voice without mime type", `"voice":{"file_id":"v1","file_unique_id":"u","duration":12}`,
+			channel.Segment{Type: channel.SegVoice, Media: &channel.Media{FileID: "v1", MIME: "audio/ogg", Duration: 12}}},
+		{"voice with mime type", `"voice":{"file_id":"v2","duration":3,"mime_type":"audio/mpeg","file_size":4000}`,
+			channel.Segment{Type: channel.SegVoice, Media: &channel.Media{FileID: "v2", MIME: "audio/mpeg", Size: 4000, Duration: 3}}},
+		{"audio with file name", `"audio":{"file_id":"a1","duration":200,"file_name":"song.flac","title":"Song","mime_type":"audio/flac","file_size":9000000}`,
+			channel.Segment{Type: channel.SegFile, Media: &channel.Media{FileID: "a1", MIME: "audio/flac", Size: 9000000, Duration: 200, Name: "song.flac"}}},
+		{"video", `"video":{"file_id":"vid","width":640,"height":360,"duration":31,"mime_type":"video/quicktime","file_size":700000,"file_name":"clip.mov"}`,
+			channel.Segment{Type: channel.SegVideo, Media: &channel.Media{FileID: "vid", MIME: "video/quicktime", Size: 700000, Duration: 31}}},
+		{"video note", `"video_note":{"file_id":"vn","length":240,"duration":9}`,
+			channel.Segment{Type: channel.SegVideo, Media: &channel.Media{FileID: "vn", MIME: "video/mp4", Duration: 9}}},
+		{"animation", `"animation":{"file_id":"gif","duration":2,"width":1,"height":1},"document":{"file_id":"gif","file_name":"x.mp4"}`,
+			channel.Segment{Type: channel.SegVideo, Media: &channel.Media{FileID: "gif", MIME: "video/mp4", Duration: 2}}},
+		{"document", `"document":{"file_id":"doc","file_name":"report.pdf","mime_type":"application/pdf","file_size":1234}`,
+			channel.Segment{Type: channel.SegFile, Media: &channel.Media{FileID: "doc", MIME: "application/pdf", Size: 1234, Name: "report.pdf"}}},
+		{"document without type", `"document":{"file_id":"doc2"}`,
+			channel.Segment{Type: channel.SegFile, Media: &channel.Media{FileID: "doc2", MIME: "application/octet-stream"}}},
+		{"negative duration", `"voice":{"file_id":"v3","duration":-4}`,
+			channel.Segment{Type: channel.SegVoice, Media: &channel.Media{FileID: "v3", MIME: "audio/ogg"}}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			d := decodeOne(t, head+tc.body+`}}`)
+			require.Empty(t, d.skip)
+			ev := d.events[0]
+			require.NoError(t, ev.Validate())
+			require.Equal(t, []channel.Segment{tc.want}, ev.Segments)
+			require.True(t, ev.MediaOnly())
+		})
+	}
+
+	t.Run("photo with caption", func(t *testing.T) {
+		t.Parallel()
+		d := decodeOne(t, head+`"photo":[{"file_id":"p-s","file_unique_id":"a","width":90,"height":90,"file_size":900},
+			{"file_id":"p-l","file_unique_id":"b","width":800,"height":800,"file_size":64000}],"caption":"my cat"}}`)
+		require.Equal(t, []channel.Segment{
+			{Type: channel.SegImage, Media: &channel.Media{FileID: "p-l", MIME: "image/jpeg", Size: 64000}},
+			channel.Text("my cat"),
+		}, d.events[0].Segments)
+		require.True(t, d.events[0].Segments[0].Type.IsVisual())
+	})
+
+	t.Run("quoted media", func(t *testing.T) {
+		t.Parallel()
+		d := decodeOne(t, head+`"text":"what is this?","reply_to_message":{"message_id":8,"date":1699999999,
+			"chat":{"id":42,"type":"private","first_name":"A"},"from":{"id":42,"is_bot":false,"first_name":"A"},
+			"photo":[{"file_id":"q-photo","file_unique_id":"q","width":10,"height":10,"file_size":100}],"caption":"look",
+			"sticker":{"file_id":"q-st","emoji":"👍"},"voice":{"file_id":"q-v","duration":4}}}}`)
+		ev := d.events[0]
+		require.Equal(t, []channel.Segment{channel.Quote("8"), channel.Text("what is this?")}, ev.Segments)
+		require.Equal(t, "look", ev.Quoted.Text)
+		require.Equal(t, []channel.Segment{
+			{Type: channel.SegImage, Media: &channel.Media{FileID: "q-photo", MIME: "image/jpeg", Size: 100}},
+			{Type: channel.SegVoice, Media: &channel.Media{FileID: "q-v", MIME: "audio/ogg", Duration: 4}},
+			{Type: channel.SegSticker, Media: &channel.Media{FileID: "q-st", MIME: "image/webp", Name: "👍"}},
+			channel.Text("look"),
+		}, ev.Quoted.Segments)
+	})
+
+	t.Run("edited caption keeps the media", func(t *testing.T) {
+		t.Parallel()
+		d := decodeOne(t, `{"update_id":1,"edited_message":{"message_id":9,"date":1700000000,"edit_date":1700000100,
+			"chat":{"id":42,"type":"private","first_name":"A"},"from":{"id":42,"is_bot":false,"first_name":"A"},
+			"document":{"file_id":"doc","file_name":"a.txt"},"caption":"v2"}}`)
+		ev := d.events[0]
+		require.Equal(t, channel.NoticeMessageEdited, ev.Notice.Type)
+		require.Equal(t, []channel.Segment{
+			{Type: channel.SegFile, Media: &channel.Media{FileID: "doc", MIME: "application/octet-stream", Name: "a.txt"}},
+			channel.Text("v2"),
+		}, ev.Segments)
+	})
+}
+
 func TestSkippedAndMalformed(t *testing.T) {
 	t.Parallel()
 	skips := map[string]string{
@@ -451,5 +541,62 @@ func FuzzTextSegments(f *testing.F) {
 			}
 		}
 		require.Equal(t, text, b.String())
+	})
+}
+
+// checkMedia fails unless every media segment of ev (and of its quoted
+// message) is well formed: a Media with a file id and no URL, a known MIME
+// for stickers and no negative duration; and only media types carry Media.
+func checkMedia(t *testing.T, ev channel.Event) {
+	t.Helper()
+	segs := ev.Segments
+	if ev.Quoted != nil {
+		segs = append(slices.Clone(segs), ev.Quoted.Segments...)
+	}
+	for _, s := range segs {
+		require.Equal(t, s.Type.IsMedia(), s.Media != nil, "%+v", s)
+		if s.Media == nil {
+			continue
+		}
+		require.NotEmpty(t, s.Media.FileID, "%+v", s)
+		require.Empty(t, s.Media.URL, "a URL would contain the token")
+		require.NotEmpty(t, s.Media.MIME)
+		require.GreaterOrEqual(t, s.Media.Duration, 0)
+		if s.Type == channel.SegSticker {
+			require.Contains(t, []string{"image/webp", "application/x-tgsticker", "video/webm"}, s.Media.MIME)
+		}
+	}
+}
+
+// mediaFields are the fields FuzzMediaFields fills with arbitrary JSON.
+var mediaFields = []string{
+	"photo", "sticker", "voice", "audio", "video", "video_note", "animation", "document",
+	"reply_to_message.photo", "reply_to_message.sticker", "reply_to_message.voice",
+}
+
+// FuzzMediaFields puts arbitrary JSON in one media field of a message:
+// decoding never panics and every media segment is well formed.
+func FuzzMediaFields(f *testing.F) {
+	for _, v := range []string{
+		`[{"file_id":"p","width":10,"height":10,"file_size":100},{"file_id":"q","width":20,"height":20}]`,
+		`{"file_id":"s","is_animated":true,"emoji":"😀"}`, `{"file_id":"s","is_video":true,"is_animated":true}`,
+		`{"file_id":"v","duration":-1,"mime_type":""}`, `{"file_id":"","duration":5}`, `{"file_id":"d","file_size":1e30}`,
+		`{"file_id":7}`, `[{"file_id":""}]`, `null`, `[]`, `{}`, `"x"`,
+	} {
+		for field := range mediaFields {
+			f.Add(uint8(field), v, false)
+		}
+	}
+	f.Fuzz(func(t *testing.T, field uint8, v string, edited bool) {
+		if !json.Valid([]byte(v)) {
+			b, _ := json.Marshal(v)
+			v = string(b)
+		}
+		d, err := testBot.decodeUpdate([]byte(updateWith(mediaFields[int(field)%len(mediaFields)], v, edited)), now)
+		require.NoError(t, err)
+		for _, ev := range d.events {
+			checkEventIDs(t, ev)
+			checkMedia(t, ev)
+		}
 	})
 }

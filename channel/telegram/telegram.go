@@ -33,8 +33,9 @@ const maxNames = 4096
 
 // Channel is a Telegram Bot API adapter: a channel.Channel that receives
 // updates by long polling or webhook and sends through the Bot API. It
-// implements channel.Typer, channel.Recaller, channel.MemberLookup and
-// channel.TextLimiter, and is an http.Handler for webhook mode.
+// implements channel.Typer, channel.Recaller, channel.MemberLookup,
+// channel.TextLimiter and channel.MediaFetcher, and is an http.Handler for
+// webhook mode.
 //
 // Create it with New. All methods are safe for concurrent use; Run may be
 // active at most once at a time.
@@ -75,6 +76,7 @@ var (
 	_ channel.Recaller     = (*Channel)(nil)
 	_ channel.MemberLookup = (*Channel)(nil)
 	_ channel.TextLimiter  = (*Channel)(nil)
+	_ channel.MediaFetcher = (*Channel)(nil)
 	_ http.Handler         = (*Channel)(nil)
 )
 

@@ -8,13 +8,14 @@
 // answers like the Bot API (the {"ok":...} envelope, error_code,
 // description, parameters) for getMe, getUpdates, sendMessage, sendPhoto,
 // sendVoice, sendAudio, sendVideo, sendDocument, sendAnimation,
-// sendChatAction, deleteMessage, getChatMember, setWebhook, deleteWebhook
-// and getWebhookInfo, with parameters as JSON, form, multipart or query,
-// and method names in any case.
+// sendChatAction, deleteMessage, getChatMember, getFile, setWebhook,
+// deleteWebhook and getWebhookInfo, with parameters as JSON, form,
+// multipart or query, and method names in any case.
 //
 // Inbound: [Server.Push] posts a user message (private or group, with an
 // optional "@bot" mention whose entity offsets are UTF-16 code units, a
-// reply to a stored message, photo, voice or document), [Server.PushEdit]
+// reply to a stored message, photo, sticker, voice, audio, video, video
+// note, animation or document, with a caption), [Server.PushEdit]
 // an edit and [Server.PushRaw] any update JSON. Updates queue with real
 // getUpdates semantics: an update is confirmed, and dropped, once a
 // getUpdates offset exceeds its update_id; a negative offset keeps only the
@@ -25,6 +26,22 @@
 // push is POSTed to the webhook with the secret header; an update leaves
 // the queue only on a 2xx answer, and [Server.FlushWebhook] retries.
 // [PostWebhook] posts any body to any URL the way Telegram does.
+//
+// Files: [Server.AddFile] registers the bytes of a file id and returns
+// its file_path; getFile then answers {file_id, file_unique_id, file_size,
+// file_path} and GET <URL>/file/bot<token>/<file_path> serves the bytes,
+// as the Bot API's file server does. An unknown file id gets
+// {"ok":false,"error_code":400,"description":"Bad Request: invalid
+// file_id"}, a file above Config.MaxDownloadBytes (default 20 MB) "Bad
+// Request: file is too big", a wrong token or unknown path 404.
+// [Server.RemoveFile] expires a file, [Server.Downloads] lists the paths
+// requested and [Server.FailNextDownload] injects a failure (a status, or
+// Failure.Drop for a closed connection). Reference the id in an
+// [Incoming]'s media:
+//
+//	srv.AddFile("voice-1", oggBytes)
+//	srv.Push(ctx, telegramtest.Incoming{Chat: grp, From: alice,
+//		Voice: &telegramtest.File{FileID: "voice-1", FileUniqueID: "v1", Duration: 3}})
 //
 // Outbound: sends are validated (4096 UTF-16 units, entity bounds, reply
 // target present unless allow_sending_without_reply) and recorded:

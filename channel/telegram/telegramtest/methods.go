@@ -2,6 +2,7 @@ package telegramtest
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -70,11 +71,18 @@ type Incoming struct {
 	// ReplyTo is the id of a message of the same chat to reply to; the
 	// update then carries it as reply_to_message.
 	ReplyTo int64
-	// Photo, Voice and Document attach media; Caption and CaptionEntities
-	// go with them.
+	// Photo, Voice, Document, Audio, Video, VideoNote, Animation and
+	// Sticker attach media (register their content with AddFile to make
+	// it downloadable); Caption and CaptionEntities go with them. A
+	// Sticker without a Type is "regular".
 	Photo           []PhotoSize
 	Voice           *File
 	Document        *File
+	Audio           *File
+	Video           *File
+	VideoNote       *File
+	Animation       *File
+	Sticker         *Sticker
 	Caption         string
 	CaptionEntities []MessageEntity
 	// Date is the send time (zero = the clock's now).
@@ -142,6 +150,12 @@ func (s *Server) pushLocked(in Incoming) (Message, error) {
 		From: &from, Chat: cs.chat, Date: s.dateOf(in.Date),
 		Text: text, Entities: ents, Caption: caption, CaptionEntities: capEnts,
 		Photo: slices.Clone(in.Photo), Voice: in.Voice, Document: in.Document,
+		Audio: in.Audio, Video: in.Video, VideoNote: in.VideoNote, Animation: in.Animation,
+	}
+	if in.Sticker != nil {
+		st := *in.Sticker
+		st.Type = cmp.Or(st.Type, "regular")
+		m.Sticker = &st
 	}
 	if in.ReplyTo != 0 {
 		target, ok := cs.msgs[in.ReplyTo]

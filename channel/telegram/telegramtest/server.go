@@ -33,6 +33,9 @@ const (
 	DefaultFirstUpdateID = 10000
 	// DefaultWebhookTimeout bounds one webhook POST.
 	DefaultWebhookTimeout = 10 * time.Second
+	// DefaultMaxDownloadBytes is the Bot API's limit on files a bot can
+	// download (20 MB): getFile refuses larger files.
+	DefaultMaxDownloadBytes = 20 << 20
 )
 
 // Bot API limits the fake enforces (UTF-16 code units).
@@ -77,6 +80,10 @@ type Config struct {
 	OfflineMode OfflineMode
 	// WebhookTimeout bounds one webhook POST (default 10 s).
 	WebhookTimeout time.Duration
+	// MaxDownloadBytes is the largest file getFile hands out (default
+	// DefaultMaxDownloadBytes); larger ones get 400 "Bad Request: file is
+	// too big".
+	MaxDownloadBytes int64
 }
 
 // Call is one Bot API request the fake received.
@@ -137,6 +144,8 @@ type Failure struct {
 	// Body, when set, is written verbatim instead of the JSON error (for
 	// malformed answers).
 	Body string
+	// Drop closes the connection without an answer (a network failure).
+	Drop bool
 }
 
 // Server is an in-process fake of the Telegram Bot API on a loopback
@@ -173,6 +182,8 @@ type Server struct {
 	chats      map[int64]*chatState
 	users      map[int64]User
 	nextFile   int
+	files      map[string]*storedFile // file_id → content
+	downloads  []string               // file paths requested from /file/
 	failures   []pendingFailure
 	calls      []Call
 	sent       []SentMessage
@@ -211,6 +222,7 @@ func New(cfg Config) *Server {
 	cfg.BotName = cmp.Or(cfg.BotName, DefaultBotName)
 	cfg.FirstUpdateID = cmp.Or(cfg.FirstUpdateID, DefaultFirstUpdateID)
 	cfg.WebhookTimeout = cmp.Or(cfg.WebhookTimeout, DefaultWebhookTimeout)
+	cfg.MaxDownloadBytes = cmp.Or(cfg.MaxDownloadBytes, DefaultMaxDownloadBytes)
 	botID, err := strconv.ParseInt(strings.SplitN(cfg.Token, ":", 2)[0], 10, 64)
 	if err != nil || botID <= 0 {
 		botID = 123456789
@@ -227,6 +239,7 @@ func New(cfg Config) *Server {
 		nextUpdate: cfg.FirstUpdateID,
 		chats:      make(map[int64]*chatState),
 		users:      make(map[int64]User),
+		files:      make(map[string]*storedFile),
 	}
 	s.hs = httptest.NewServer(http.HandlerFunc(s.serve))
 	return s
@@ -520,7 +533,7 @@ func canonical(method string) string {
 var knownMethods = []string{
 	"getMe", "getUpdates", "sendMessage", "sendPhoto", "sendVoice", "sendAudio",
 	"sendVideo", "sendDocument", "sendAnimation", "sendChatAction", "deleteMessage",
-	"getChatMember", "setWebhook", "deleteWebhook", "getWebhookInfo",
+	"getChatMember", "setWebhook", "deleteWebhook", "getWebhookInfo", "getFile",
 }
 
 // mediaField is the file parameter of each media send method.
@@ -534,8 +547,13 @@ func isSend(method string) bool {
 	return method == "sendMessage" || media
 }
 
-// serve is the HTTP entry point: /bot<token>/<method>.
+// serve is the HTTP entry point: /bot<token>/<method>, and file downloads
+// at /file/bot<token>/<file_path>.
 func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
+	if rest, ok := strings.CutPrefix(r.URL.Path, "/file/bot"); ok {
+		s.serveFile(w, rest)
+		return
+	}
 	rest, ok := strings.CutPrefix(r.URL.Path, "/bot")
 	token, method, ok2 := strings.Cut(rest, "/")
 	if s.isOffline() {
@@ -586,6 +604,8 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		s.deleteMessage(w, p)
 	case "getChatMember":
 		s.getChatMember(w, p)
+	case "getFile":
+		s.getFile(w, p)
 	case "setWebhook":
 		s.setWebhook(w, p)
 	case "deleteWebhook":
@@ -610,17 +630,23 @@ func (s *Server) serveOffline(w http.ResponseWriter) {
 	s.mu.Lock()
 	mode := s.offMode
 	s.mu.Unlock()
-	if mode == OfflineRefuse {
-		if hj, ok := w.(http.Hijacker); ok {
-			if conn, _, err := hj.Hijack(); err == nil {
-				_ = conn.Close()
-				return
-			}
-		}
+	if mode == OfflineRefuse && dropConn(w) {
+		return
 	}
 	w.Header().Set("Content-Type", "text/html")
 	w.WriteHeader(http.StatusBadGateway)
 	_, _ = io.WriteString(w, "<html>\r\n<head><title>502 Bad Gateway</title></head>\r\n<body>\r\n<center><h1>502 Bad Gateway</h1></center>\r\n</body>\r\n</html>\r\n")
+}
+
+// dropConn closes the request's connection without an answer.
+func dropConn(w http.ResponseWriter) bool {
+	if hj, ok := w.(http.Hijacker); ok {
+		if conn, _, err := hj.Hijack(); err == nil {
+			_ = conn.Close()
+			return true
+		}
+	}
+	return false
 }
 
 func (s *Server) record(method string, p params) {
@@ -650,6 +676,9 @@ func writeOK(w http.ResponseWriter, result any) {
 
 // writeError writes a Bot API error answer with the HTTP status = Code.
 func writeError(w http.ResponseWriter, f Failure) {
+	if f.Drop && dropConn(w) {
+		return
+	}
 	code := cmp.Or(f.Code, http.StatusInternalServerError)
 	if f.Body != "" {
 		w.WriteHeader(code)

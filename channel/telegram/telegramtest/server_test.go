@@ -399,3 +399,80 @@ func TestDriver(t *testing.T) {
 // parallel test) closes http.DefaultTransport's idle connections, which can
 // break a request that was about to use one.
 var ownClient = &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}
+
+// get fetches a URL with the test client and returns status and body.
+func get(t *testing.T, u string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, u, nil)
+	require.NoError(t, err)
+	resp, err := ownClient.Do(req)
+	require.NoError(t, err)
+	defer func() { _ = resp.Body.Close() }()
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return resp.StatusCode, string(b)
+}
+
+func TestFiles(t *testing.T) {
+	t.Parallel()
+	srv := newServer(t, telegramtest.Config{MaxDownloadBytes: 8})
+	path := srv.AddFile("voice-1", []byte("OggS1234"))
+	srv.AddFile("big", []byte("123456789"))
+
+	st, a := call(t, t.Context(), srv, "getFile", map[string]string{"file_id": "voice-1"})
+	require.Equal(t, http.StatusOK, st)
+	var f telegramtest.FileInfo
+	require.NoError(t, json.Unmarshal(a.Result, &f))
+	require.Equal(t, telegramtest.FileInfo{FileID: "voice-1", FileUniqueID: "u-voice-1", FileSize: 8, FilePath: path}, f)
+
+	st, body := get(t, srv.URL()+"/file/bot"+srv.Token()+"/"+path)
+	require.Equal(t, http.StatusOK, st)
+	require.Equal(t, "OggS1234", body)
+
+	st, body = get(t, srv.URL()+"/file/bot123:wrong/"+path)
+	require.Equal(t, http.StatusNotFound, st, body)
+	st, _ = get(t, srv.URL()+"/file/bot"+srv.Token()+"/files/nope")
+	require.Equal(t, http.StatusNotFound, st)
+	require.Equal(t, []string{path, path, "files/nope"}, srv.Downloads())
+
+	for id, desc := range map[string]string{"unknown": "Bad Request: invalid file_id", "big": "Bad Request: file is too big"} {
+		st, a = call(t, t.Context(), srv, "GETFILE", map[string]string{"file_id": id})
+		require.Equal(t, http.StatusBadRequest, st)
+		require.Equal(t, answer{ErrorCode: 400, Description: desc}, a)
+	}
+
+	srv.FailNextDownload(telegramtest.Failure{Code: http.StatusBadGateway})
+	st, _ = get(t, srv.URL()+"/file/bot"+srv.Token()+"/"+path)
+	require.Equal(t, http.StatusBadGateway, st)
+	srv.FailNextDownload(telegramtest.Failure{Drop: true})
+	// A fresh connection: net/http retries a GET whose reused connection
+	// closed without an answer.
+	fresh := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, srv.URL()+"/file/bot"+srv.Token()+"/"+path, nil)
+	require.NoError(t, err)
+	_, err = fresh.Do(req) //nolint:bodyclose // no response
+	require.Error(t, err)
+	st, _ = get(t, srv.URL()+"/file/bot"+srv.Token()+"/"+path)
+	require.Equal(t, http.StatusOK, st, "failures are used up")
+
+	srv.RemoveFile("voice-1")
+	st, _ = get(t, srv.URL()+"/file/bot"+srv.Token()+"/"+path)
+	require.Equal(t, http.StatusNotFound, st)
+}
+
+func TestPushMedia(t *testing.T) {
+	t.Parallel()
+	srv := newServer(t, telegramtest.Config{})
+	in := telegramtest.Incoming{Chat: group, From: alice, Caption: "look", MentionBot: true,
+		Photo:   []telegramtest.PhotoSize{{FileID: "p", FileUniqueID: "up", Width: 800, Height: 600, FileSize: 3}},
+		Sticker: &telegramtest.Sticker{FileID: "s", FileUniqueID: "us", Width: 512, Height: 512, Emoji: "😀"},
+		Voice:   &telegramtest.File{FileID: "v", FileUniqueID: "uv", Duration: 4, MimeType: "audio/ogg"},
+	}
+	m, err := srv.Push(t.Context(), in)
+	require.NoError(t, err)
+	require.Equal(t, "regular", m.Sticker.Type)
+	require.Equal(t, "@"+telegramtest.DefaultBotUsername+" look", m.Caption)
+	ups := updatesOf(t, func() answer { _, a := call(t, t.Context(), srv, "getUpdates", nil); return a }())
+	require.Len(t, ups, 1)
+	require.Equal(t, &m, ups[0].Message)
+}

@@ -55,8 +55,8 @@ type PhotoSize struct {
 	FileSize     int64  `json:"file_size,omitempty"`
 }
 
-// File is the common shape of Voice, Audio, Document, Video and Animation
-// (the fields the fake fills in).
+// File is the common shape of Voice, Audio, Document, Video, VideoNote
+// and Animation (the fields the fake fills in).
 type File struct {
 	FileID       string `json:"file_id"`
 	FileUniqueID string `json:"file_unique_id"`
@@ -67,6 +67,31 @@ type File struct {
 	Duration     int    `json:"duration,omitempty"`
 	Width        int    `json:"width,omitempty"`
 	Height       int    `json:"height,omitempty"`
+}
+
+// Sticker is a sticker: a WebP image, an animated (TGS) sticker when
+// IsAnimated, or a WebM video when IsVideo.
+type Sticker struct {
+	FileID       string `json:"file_id"`
+	FileUniqueID string `json:"file_unique_id"`
+	// Type is "regular", "mask" or "custom_emoji" (default "regular").
+	Type       string `json:"type"`
+	Width      int    `json:"width"`
+	Height     int    `json:"height"`
+	IsAnimated bool   `json:"is_animated"`
+	IsVideo    bool   `json:"is_video"`
+	Emoji      string `json:"emoji,omitempty"`
+	SetName    string `json:"set_name,omitempty"`
+	FileSize   int64  `json:"file_size,omitempty"`
+}
+
+// FileInfo is the File object getFile returns. FilePath is the path to
+// download from <URL>/file/bot<token>/<FilePath>.
+type FileInfo struct {
+	FileID       string `json:"file_id"`
+	FileUniqueID string `json:"file_unique_id"`
+	FileSize     int64  `json:"file_size,omitempty"`
+	FilePath     string `json:"file_path,omitempty"`
 }
 
 // Message is a chat message.
@@ -87,7 +112,9 @@ type Message struct {
 	Audio           *File           `json:"audio,omitempty"`
 	Document        *File           `json:"document,omitempty"`
 	Video           *File           `json:"video,omitempty"`
+	VideoNote       *File           `json:"video_note,omitempty"`
 	Animation       *File           `json:"animation,omitempty"`
+	Sticker         *Sticker        `json:"sticker,omitempty"`
 	NewChatMembers  []User          `json:"new_chat_members,omitempty"`
 }
 

@@ -1,8 +1,12 @@
 package persona_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"image"
+	"image/png"
+	"io"
 	"log/slog"
 	"path/filepath"
 	"slices"
@@ -11,6 +15,7 @@ import (
 	"time"
 
 	"github.com/personakit/persona"
+	"github.com/personakit/persona/agent"
 	"github.com/personakit/persona/agent/agenttest"
 	"github.com/personakit/persona/channel"
 	"github.com/personakit/persona/channel/chantest"
@@ -37,7 +42,8 @@ func benchPipeline(b *testing.B, mk func(i int) (channel.Chat, channel.Sender, [
 // benchPipelineAt feeds at most rate messages per second (0 = as fast as
 // the feeders can), so the latency of a pipeline that keeps up can be told
 // from the queueing delay of a saturating burst.
-func benchPipelineAt(b *testing.B, rate, feeders int, mk func(i int) (channel.Chat, channel.Sender, []chantest.SayOption)) {
+func benchPipelineAt(b *testing.B, rate, feeders int, mk func(i int) (channel.Chat, channel.Sender, []chantest.SayOption),
+	setup ...func(*persona.Options)) {
 	model := agenttest.New()
 	// The model records no requests: the benchmark reads none.
 	model.Otherwise(agenttest.Reply("sure thing")).KeepLast(-1)
@@ -56,7 +62,7 @@ func benchPipelineAt(b *testing.B, rate, feeders int, mk func(i int) (channel.Ch
 		b.Fatal(err)
 	}
 	defer func() { _ = db.Close() }()
-	p, err := persona.New(persona.Options{
+	opt := persona.Options{
 		// Bare: no history capability, so no reconnect backfill walks the
 		// chats during the measurement.
 		Channels: []channel.Channel{ch.Bare()}, DataDir: dir, DB: db, Model: model, NoPacing: true, NoRouter: true,
@@ -72,7 +78,11 @@ func benchPipelineAt(b *testing.B, rate, feeders int, mk func(i int) (channel.Ch
 				}
 			}
 		},
-	})
+	}
+	for _, f := range setup {
+		f(&opt)
+	}
+	p, err := persona.New(opt)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -162,4 +172,62 @@ func BenchmarkPipelineIgnoredLatency(b *testing.B) {
 		u := fmt.Sprintf("u%d", i%97)
 		return channel.Chat{Kind: channel.Group, ID: fmt.Sprintf("g%d", i%64)}, channel.Sender{ID: u, Name: "User " + u}, nil
 	})
+}
+
+// BenchmarkPipelineImageLatency: private messages at 100/s from 16 chats,
+// answered by a model that takes pictures, without and with a picture.
+// Each chat sends the same picture, so all but its first message find it
+// in the media cache: the difference is what a cached picture adds to a
+// turn (the cache lookups, reading the bytes, a data URL in the request,
+// the description from the cache and storing it with the message).
+func BenchmarkPipelineImageLatency(b *testing.B) {
+	pic := benchPNG(b)
+	for _, withPic := range []bool{false, true} {
+		name := "text-only"
+		if withPic {
+			name = "cached-image"
+		}
+		b.Run(name, func(b *testing.B) {
+			benchPipelineAt(b, 100, 1, func(i int) (channel.Chat, channel.Sender, []chantest.SayOption) {
+				u := fmt.Sprintf("u%d", i%16)
+				var opts []chantest.SayOption
+				if withPic {
+					opts = append(opts, func(ev *channel.Event) {
+						ev.Segments = append(ev.Segments, channel.Image(channel.Media{FileID: "cat.png"}))
+					})
+				}
+				return channel.Chat{Kind: channel.Private, ID: u}, channel.Sender{ID: u, Name: "User " + u}, opts
+			}, func(o *persona.Options) {
+				o.Channels = []channel.Channel{fetching{Channel: o.Channels[0], data: pic}}
+				o.Model = seeing{o.Model}
+			})
+		})
+	}
+}
+
+// fetching adds channel.MediaFetcher to a channel: every file is data.
+type fetching struct {
+	channel.Channel
+	data []byte
+}
+
+func (f fetching) Unwrap() channel.Channel { return f.Channel }
+
+func (f fetching) FetchMedia(context.Context, channel.Chat, channel.Media, channel.MediaRequest) (channel.MediaContent, error) {
+	return channel.MediaContent{Body: io.NopCloser(bytes.NewReader(f.data)), Size: int64(len(f.data))}, nil
+}
+
+// seeing declares a model able to take pictures.
+type seeing struct{ agent.Model }
+
+func (seeing) AcceptsImages() bool { return true }
+
+// benchPNG is a 64×64 PNG (about 200 bytes).
+func benchPNG(b *testing.B) []byte {
+	img := image.NewRGBA(image.Rect(0, 0, 64, 64))
+	var buf bytes.Buffer
+	if err := png.Encode(&buf, img); err != nil {
+		b.Fatal(err)
+	}
+	return buf.Bytes()
 }

@@ -199,7 +199,7 @@ func (p *Pipeline) sessionValue(ctx context.Context, session, name string, make 
 // session's history as the turn already read it (at least historyWindow
 // newest entries, see historyRead), or nil to read it here; it may be
 // shared with the History (memory.RecentOf), so generate only reads it.
-func (p *Pipeline) generate(ctx context.Context, l inbound.Lease, t *gate.Turn, extra []channel.Event, rec *inbound.Outcome, raw []memory.Entry, turn *runningTurn) (string, usageInfo, []string, error) {
+func (p *Pipeline) generate(ctx context.Context, l inbound.Lease, t *gate.Turn, extra []channel.Event, rec *inbound.Outcome, raw []memory.Entry, turn *runningTurn, img *imagePrep) (string, usageInfo, []string, error) {
 	g, ev := p.gen, l.Event
 	sc := agent.ScopeFrom(ctx)
 	if sc == nil {
@@ -220,6 +220,11 @@ func (p *Pipeline) generate(ctx context.Context, l inbound.Lease, t *gate.Turn, 
 		Speaker: agent.Speaker{ID: ev.Sender.ID, Name: ev.Sender.Name, Role: ev.Sender.Role, Owner: t.Owner,
 			Aliases: route.MatchedAliases(&ev, p.identity)},
 		Now: p.clk.Now(), Zone: p.opt.Zone, Current: agent.ChatMessageFromEvent(&ev, false), Aliaser: al}
+	if img.attached() && !img.fromDescriptions {
+		in.Current.Parts, in.DependencyImages = img.parts, img.depParts
+	} else {
+		in.MediaIndex = img.dependencyLines()
+	}
 	var watermark memory.Watermark
 	if g.summarizer != nil {
 		if sum, ok, err := g.summarizer.Checkpoint(ctx, l.SessionKey); err != nil {

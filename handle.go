@@ -110,6 +110,9 @@ func (p *Pipeline) handleDurably(actx context.Context, ev channel.Event, history
 		return nil
 	}
 	p.stats.Enqueued.Add(1)
+	if ev.MediaOnly() && !historyOnly {
+		p.hold.note(&it, p.clk.Now())
+	}
 	p.Wake()
 	return nil
 }

@@ -86,6 +86,10 @@ type Options struct {
 	// Agent turns the agent tool loop on (agent.Loop over Tools) instead of
 	// one model call per reply. With Memory on, memory_search is added.
 	Agent bool
+	// Media configures pictures, stickers and voice: fetching, the cache,
+	// descriptions and transcription (see MediaOptions; on by default
+	// with DataDir).
+	Media MediaOptions
 	// Tools are the agent's tools (default: an empty registry).
 	Tools *agent.Registry
 	// ContextWindow is the model's context window in tokens (default

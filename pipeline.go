@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"math"
+	"reflect"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -20,6 +21,7 @@ import (
 	"github.com/personakit/persona/clock"
 	"github.com/personakit/persona/gate"
 	"github.com/personakit/persona/inbound"
+	"github.com/personakit/persona/media"
 	"github.com/personakit/persona/outbound"
 	"github.com/personakit/persona/route"
 	"github.com/personakit/persona/store"
@@ -45,7 +47,13 @@ type Pipeline struct {
 	sender   outbound.Sender
 	replayer *inbound.Replayer
 	bursts   *bursts
-	gen      *generation
+	hold     *mediaHold
+	// media fetches, caches and describes pictures and voice (nil: off);
+	// vision: a vision model writes descriptions; attach: the chat
+	// model's requests carry the pictures themselves.
+	media          *media.Service
+	vision, attach bool
+	gen            *generation
 	// scopes are the sessions' model-facing identities; model is the
 	// aliasing boundary every model call goes through (nil without
 	// Options.Model); exit is the way out every chunk takes.
@@ -78,6 +86,24 @@ type Pipeline struct {
 type chanState struct {
 	ch    channel.Channel
 	coord *inbound.Coordinator
+	// run: one of Options.Channels, which Run runs (others are run by the
+	// embedder, who got their Sink).
+	run bool
+}
+
+// sameChannel reports whether a and b are the same channel. Channels of a
+// type == cannot compare (a struct value holding a slice, or an interface
+// holding one) are told apart by type and name instead of panicking.
+func sameChannel(a, b channel.Channel) (same bool) {
+	if reflect.TypeOf(a) != reflect.TypeOf(b) {
+		return false
+	}
+	defer func() {
+		if recover() != nil {
+			same = a.Name() == b.Name()
+		}
+	}()
+	return a == b
 }
 
 // Stats are counters of what HandleEvent saw, for monitoring.
@@ -111,6 +137,7 @@ func New(opt Options) (*Pipeline, error) {
 		admit:     gate.AdmissionPolicy{Mode: opt.PrivateAdmission, Owners: opt.Owners, Allowlist: opt.PrivateAllowlist},
 		identity:  route.Identity{Aliases: opt.Aliases, Owners: opt.Owners},
 		bursts:    newBursts(),
+		hold:      newMediaHold(),
 		wake:      make(chan struct{}, 1),
 		replySem:  make(chan struct{}, opt.ReplyConcurrency),
 		finishing: make(chan struct{}, 4*opt.Workers),
@@ -122,6 +149,10 @@ func New(opt Options) (*Pipeline, error) {
 	p.scopes = newScopes(p)
 	if opt.Model != nil {
 		p.model = purposeModel{p: p, private: agent.Private(opt.Model, p.scopes)}
+	}
+	if err := p.mediaSetup(); err != nil {
+		_ = p.Close()
+		return nil, err
 	}
 	if err := p.buildStages(); err != nil {
 		_ = p.Close()
@@ -151,10 +182,12 @@ func New(opt Options) (*Pipeline, error) {
 		},
 	})
 	for _, ch := range opt.Channels {
-		if _, err := p.register(ch, ""); err != nil {
+		st, err := p.register(ch, "")
+		if err != nil {
 			_ = p.Close()
 			return nil, err
 		}
+		st.run = true
 	}
 	return p, nil
 }
@@ -300,7 +333,7 @@ func (p *Pipeline) register(ch channel.Channel, botID string) (*chanState, error
 	defer p.mu.Unlock()
 	var st *chanState
 	for _, x := range p.states {
-		if x.ch == ch {
+		if sameChannel(x.ch, ch) {
 			st = x
 		}
 	}
@@ -482,7 +515,7 @@ func (p *Pipeline) Run(ctx context.Context) error {
 	p.mu.Unlock()
 	for _, st := range states {
 		g.Go(func() error { return st.coord.Run(gctx) })
-		if !slices.Contains(p.opt.Channels, st.ch) {
+		if !st.run {
 			continue // run by the embedder, who got its Sink
 		}
 		g.Go(func() error {
@@ -495,6 +528,9 @@ func (p *Pipeline) Run(ctx context.Context) error {
 	}
 	g.Go(func() error { return p.replayer.Run(gctx) })
 	g.Go(func() error { return p.runMemory(gctx) })
+	if p.media != nil {
+		g.Go(func() error { return p.media.Cache().Run(gctx) })
+	}
 	g.Go(func() error { p.dispatch(gctx); return nil })
 	err := g.Wait()
 	if ctx.Err() != nil && err == nil {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"runtime/debug"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -218,6 +219,19 @@ func (p *Pipeline) storeHeld(ctx context.Context, l *inbound.Lease) (act action,
 // It calls heartbeat (once is enough) before anything that can take time:
 // resuming a delivery, or going on past the gates.
 func (p *Pipeline) turn(ctx context.Context, l inbound.Lease, heartbeat func()) action {
+	var note string
+	act := p.stages(ctx, l, heartbeat, &note)
+	if note != "" && act.kind == actComplete {
+		// Something the turn could not do but went on without (a voice
+		// clip not transcribed) is told in the record.
+		act.outcome.Reason = strings.TrimPrefix(act.outcome.Reason+"; "+note, "; ")
+	}
+	return act
+}
+
+// stages runs the stages of turn; note collects what the record's reason
+// should add.
+func (p *Pipeline) stages(ctx context.Context, l inbound.Lease, heartbeat func(), note *string) action {
 	ev := l.Event
 	if l.HistoryOnly {
 		return complete(inbound.BackfillHistoryOnly, "backfilled message kept as history only")
@@ -236,6 +250,24 @@ func (p *Pipeline) turn(ctx context.Context, l inbound.Lease, heartbeat func()) 
 		}
 	}
 
+	// Media-turn assembly, then speech to text: both before the gates,
+	// which see the message as it will be answered.
+	act, done, owners := p.assemble(ctx, &l)
+	if done {
+		return act
+	}
+	if p.media != nil && hasMedia(&l.Event) {
+		// The turn writes what it learns (transcripts, descriptions) into
+		// its own copy of the event.
+		l.Event = l.Event.Clone()
+		heartbeat()
+		if act, retry, why := p.transcribe(ctx, &l, owners); retry {
+			return act
+		} else if why != "" {
+			*note = why
+		}
+	}
+	ev = l.Event
 	st := p.channelFor(ev.Platform, ev.BotID)
 	trigger := route.Classify(&ev, p.identity, p.opt.Triggers)
 	t := &gate.Turn{Event: ev, SessionKey: l.SessionKey, Direct: trigger != "", Trigger: trigger,
@@ -272,6 +304,25 @@ func (p *Pipeline) turn(ctx context.Context, l inbound.Lease, heartbeat func()) 
 	sc := se.sc
 	sc.Learn(&ev)
 	ctx = agent.WithScope(ctx, sc)
+	// Pictures are fetched once the gates let the message through, and
+	// described (by the vision model, once per picture) meanwhile.
+	img := p.prepareImages(ctx, &ev)
+	if img != nil {
+		defer func() {
+			// What the pictures show is stored with their messages, for
+			// the history of later turns.
+			wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), describeWait)
+			defer cancel()
+			if img.wait(wctx, &l.Event) {
+				p.persistMedia(wctx, &l, &l.Event, owners)
+			}
+		}()
+		if !t.Direct || !p.attach {
+			// The router, and a chat model without vision, read the
+			// descriptions.
+			img.wait(ctx, &ev)
+		}
+	}
 	var (
 		run        *runningTurn
 		companions []channel.Event
@@ -383,7 +434,7 @@ func (p *Pipeline) turn(ctx context.Context, l inbound.Lease, heartbeat func()) 
 		counted.Go(func() { p.countModelCall(ctx, &ev) })
 		// A regeneration reads the history again: replies may have gone
 		// out meanwhile.
-		text, usage, said, err := p.generate(gctx, l, t, extra, &rec, raw, run)
+		text, usage, said, err := p.generate(gctx, l, t, extra, &rec, raw, run, img)
 		raw = nil
 		if run != nil && ctx.Err() == nil {
 			if run.stopped() {
@@ -409,11 +460,19 @@ func (p *Pipeline) turn(ctx context.Context, l inbound.Lease, heartbeat func()) 
 		rec.Tokens = append(rec.Tokens, tokens(agent.PurposeChat, usage.model, usage.Usage))
 		prop := p.proposal(l, t, st, text, hist)
 		prop.Said, prop.LastBotMessage = said, lastBot
+		prop.HasImages, prop.FromDescriptions = img.attached(), img != nil && img.fromDescriptions
 		v2, err = p.reviewer.Review(ctx, prop)
 		if err == nil && v2.Regenerate {
-			// No image-description stage exists yet: review the same draft
-			// as generated from descriptions, so the review does not ask
-			// again.
+			if img.attached() && !img.fromDescriptions {
+				// The model could not see the pictures: once more, from
+				// their descriptions.
+				img.fromDescriptions = true
+				img.wait(ctx, &l.Event)
+				p.log.Info("model could not see the images; regenerating from descriptions", "id", l.ID)
+				continue
+			}
+			// Nothing to regenerate from: review the same draft as if
+			// it came from descriptions, so the review does not ask again.
 			prop.FromDescriptions = true
 			v2, err = p.reviewer.Review(ctx, prop)
 		}
@@ -440,7 +499,7 @@ func (p *Pipeline) turn(ctx context.Context, l inbound.Lease, heartbeat func()) 
 		rec.Code, rec.Reason, rec.Stage = v2.Code, v2.Reason, inbound.StageGenerated
 		return action{kind: actComplete, outcome: rec}
 	}
-	act := p.deliver(ctx, l, v2, rec, run)
+	act = p.deliver(ctx, l, v2, rec, run)
 	if act.kind == actComplete && act.outcome.Code.Replied() {
 		p.afterReply(ctx, l)
 	}

@@ -336,7 +336,8 @@ func (w *bodyWriter) placeholder(s string) {
 	w.gap("", false, true)
 	w.sb.WriteString(s)
 	w.last, _ = utf8.DecodeLastRuneInString(s)
-	w.afterMention = false
+	// Text after it is set apart too ("[image] look", not "[image]look").
+	w.afterMention = true
 }
 
 // historyTurn is one unit of history: consecutive messages of one user

@@ -54,19 +54,16 @@ func (m Models) AcceptsImages() bool {
 	return m.Vision != nil || (m.Chat != nil && AcceptsImages(m.Chat))
 }
 
-// NotTranscribed is how a voice clip whose speech could not be turned into
-// text is shown to a model.
-const NotTranscribed = "[voice, not transcribed]"
-
 // MediaLabel is how a media segment is shown to a model as text: what it
 // is, and what is known of its content, never its URL or file id.
 //
 //	[image]                      [image: a cat asleep on a keyboard]
 //	[sticker]                    [sticker: laughing dog]
-//	[voice 4s]                   [voice 4s: see you at eight]
+//	[voice 4s, not transcribed]  [voice 4s: see you at eight]
 //	[video 12s]                  [file: report.pdf, 1.2 MB, application/pdf]
 //
-// A voice clip the pipeline gave up on reads NotTranscribed. Text from a
+// A voice clip without a transcript (none was made, or making one failed)
+// says so. Text from a
 // description or transcript is returned as is: callers scrub ids from it
 // like any message text.
 func MediaLabel(s *channel.Segment) string {
@@ -86,7 +83,10 @@ func MediaLabel(s *channel.Segment) string {
 		detail = oneLine(m.Description)
 	case channel.SegVoice:
 		detail = oneLine(m.Transcript)
-		if detail == "" && m.Transcript != "" { // only blanks: heard nothing
+		switch {
+		case m.Transcript == "":
+			return "[" + kind + ", not transcribed]"
+		case detail == "": // only blanks: heard nothing
 			detail = "(no speech)"
 		}
 	case channel.SegFile:

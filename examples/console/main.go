@@ -8,8 +8,10 @@
 // Data lives in ./data/ (override with PERSONA_DATA). The model comes from
 // PERSONA_MODEL_BASE_URL, PERSONA_MODEL_API_KEY (or OPENAI_API_KEY) and
 // PERSONA_MODEL; without them an offline demo model answers. PERSONA_SOUL
-// points at another SOUL.md. Commands: /why prints the outcome record of your
-// last message, /quit exits (so does end of input, after the last reply).
+// points at another SOUL.md; PERSONA_MODEL_VISION=1 says the model takes
+// pictures. Commands: /image PATH [caption] sends a picture from a file,
+// /why prints the outcome record of your last message, /quit exits (so
+// does end of input, after the last reply).
 package main
 
 import (
@@ -21,6 +23,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -65,7 +68,7 @@ func run(ctx context.Context, in io.Reader, out io.Writer, getenv func(string) s
 		dataDir = "data"
 	}
 	con := newConsole(in, out)
-	_, offline := model.(*agenttest.Model)
+	_, offline := model.(seeing)
 	p, err := persona.New(persona.Options{
 		Channels:  []channel.Channel{con},
 		DataDir:   dataDir,
@@ -81,7 +84,7 @@ func run(ctx context.Context, in io.Reader, out io.Writer, getenv func(string) s
 	}
 	defer func() { _ = p.Close() }()
 	con.lookup = p.Lookup
-	fmt.Fprintln(out, "Type a message; /why explains the last outcome; /quit exits.")
+	fmt.Fprintln(out, "Type a message; /image PATH [caption] sends a picture; /why explains the last outcome; /quit exits.")
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	con.quit = cancel
@@ -91,6 +94,7 @@ func run(ctx context.Context, in io.Reader, out io.Writer, getenv func(string) s
 // pickModel returns the configured model, or the offline demo model.
 func pickModel(getenv func(string) string) (agent.Model, string, error) {
 	if cfg, ok := openai.FromEnv(getenv); ok {
+		cfg.Vision = getenv("PERSONA_MODEL_VISION") == "1"
 		m, err := openai.New(cfg)
 		if err != nil {
 			return nil, "", err
@@ -99,7 +103,7 @@ func pickModel(getenv func(string) string) (agent.Model, string, error) {
 	}
 	demo := agenttest.New()
 	demo.Otherwise(agenttest.Func(offlineReply))
-	return demo, "No model configured (set PERSONA_MODEL_BASE_URL and PERSONA_MODEL_API_KEY or OPENAI_API_KEY, and PERSONA_MODEL):\n" +
+	return seeing{demo}, "No model configured (set PERSONA_MODEL_BASE_URL and PERSONA_MODEL_API_KEY or OPENAI_API_KEY, and PERSONA_MODEL):\n" +
 		"running the offline demo model, which only echoes. Everything else is the real pipeline.", nil
 }
 
@@ -110,20 +114,33 @@ func orDefault(s, def string) string {
 	return s
 }
 
+// seeing is the offline demo model, declared able to take pictures
+// (agent.ImageInput), so /image shows the whole vision path offline.
+type seeing struct{ *agenttest.Model }
+
+func (seeing) AcceptsImages() bool { return true }
+
 // offlineReply answers from the prompt it was given, so the demo still shows
-// that the persona and the history reach the model.
+// that the persona, the history and pictures reach the model.
 func offlineReply(_ context.Context, req agent.Request) (*agent.Response, error) {
-	current, earlier := "", 0
+	if req.Purpose == agent.PurposeVision {
+		return &agent.Response{Text: "a picture (the offline demo cannot look at it)", Model: "offline-demo"}, nil
+	}
+	current, earlier, pictures := "", 0, 0
 	for _, m := range req.Messages {
 		if m.Role == agent.RoleUser {
 			if strings.HasPrefix(m.Content, "[current] ") {
 				current = m.Content[strings.Index(m.Content, ": ")+2:]
+				pictures = len(m.Parts)
 			} else {
 				earlier++
 			}
 		}
 	}
 	text := fmt.Sprintf("(offline demo) You said %q; my context holds %d earlier message(s) of ours", current, earlier)
+	if pictures > 0 {
+		text += fmt.Sprintf(", and %d picture(s) came with it", pictures)
+	}
 	return &agent.Response{Text: text, Model: "offline-demo"}, nil
 }
 
@@ -195,11 +212,19 @@ func (c *console) Run(ctx context.Context, sink channel.Sink) error {
 		case line == "/why":
 			c.why(ctx)
 		default:
+			segs := []channel.Segment{channel.Text(line)}
+			if rest, ok := strings.CutPrefix(line, "/image "); ok {
+				var err error
+				if segs, err = imageMessage(rest); err != nil {
+					c.printf("! %v\n", err)
+					continue
+				}
+			}
 			c.mu.Lock()
 			c.n++
 			ev := channel.Event{Platform: "console", BotID: "persona", Kind: channel.KindMessage, Chat: chat,
 				MessageID: fmt.Sprintf("%d-%d", time.Now().UnixNano(), c.n), Time: time.Now(), Sender: you,
-				Segments: []channel.Segment{channel.Text(line)}}
+				Segments: segs}
 			c.last = ev.Key()
 			c.pending[c.last] = true
 			c.mu.Unlock()
@@ -208,6 +233,46 @@ func (c *console) Run(ctx context.Context, sink channel.Sink) error {
 			}
 		}
 	}
+}
+
+// imageMessage builds the segments of "/image PATH [caption]": the picture
+// (fetched from the file when the pipeline asks, see FetchMedia) and the
+// caption.
+func imageMessage(arg string) ([]channel.Segment, error) {
+	path, caption, _ := strings.Cut(strings.TrimSpace(arg), " ")
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return nil, err
+	}
+	st, err := os.Stat(abs)
+	if err != nil {
+		return nil, fmt.Errorf("/image: %w", err)
+	}
+	if !st.Mode().IsRegular() {
+		return nil, fmt.Errorf("/image: %s is not a file", path)
+	}
+	segs := []channel.Segment{channel.Image(channel.Media{FileID: abs, Name: filepath.Base(abs), Size: st.Size()})}
+	if caption = strings.TrimSpace(caption); caption != "" {
+		segs = append(segs, channel.Text(caption))
+	}
+	return segs, nil
+}
+
+// FetchMedia implements channel.MediaFetcher: a picture sent with /image
+// is read from its file (the person at the terminal typed the path).
+func (c *console) FetchMedia(_ context.Context, _ channel.Chat, m channel.Media, req channel.MediaRequest) (channel.MediaContent, error) {
+	st, err := os.Stat(m.FileID)
+	if err != nil {
+		return channel.MediaContent{}, fmt.Errorf("%w: %v", channel.ErrMediaUnavailable, err)
+	}
+	if req.MaxBytes > 0 && st.Size() > req.MaxBytes {
+		return channel.MediaContent{}, channel.ErrMediaTooLarge
+	}
+	f, err := os.Open(m.FileID)
+	if err != nil {
+		return channel.MediaContent{}, fmt.Errorf("%w: %v", channel.ErrMediaUnavailable, err)
+	}
+	return channel.MediaContent{Body: f, Size: st.Size()}, nil
 }
 
 func (c *console) Send(_ context.Context, o channel.Outgoing) (channel.Receipt, error) {

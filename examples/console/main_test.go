@@ -2,6 +2,10 @@ package main
 
 import (
 	"bytes"
+	"image"
+	pngenc "image/png"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -33,4 +37,26 @@ func TestEndOfInputWaitsForTheReply(t *testing.T) {
 	var out bytes.Buffer
 	require.NoError(t, run(t.Context(), strings.NewReader("hello\n"), &out, func(k string) string { return env[k] }))
 	require.Contains(t, out.String(), `You said "hello"`)
+}
+
+// TestImageCommand: "/image PATH caption" sends the picture with its
+// caption, and the (offline, vision-declared) model gets it as an image
+// part of the current message.
+func TestImageCommand(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	img := image.NewRGBA(image.Rect(0, 0, 4, 4))
+	var png bytes.Buffer
+	require.NoError(t, pngenc.Encode(&png, img))
+	path := filepath.Join(dir, "cat.png")
+	require.NoError(t, os.WriteFile(path, png.Bytes(), 0o600))
+
+	env := map[string]string{"PERSONA_DATA": filepath.Join(dir, "data")}
+	var out bytes.Buffer
+	in := "/image " + path + " is this nice?\n/image " + filepath.Join(dir, "missing.png") + "\n/why\n/quit\n"
+	require.NoError(t, run(t.Context(), strings.NewReader(in), &out, func(k string) string { return env[k] }))
+	s := out.String()
+	require.Contains(t, s, `You said "[image] is this nice?"; my context holds 0 earlier message(s) of ours, and 1 picture(s) came with it`)
+	require.Contains(t, s, "! /image: stat")
+	require.Contains(t, s, "why: outcome=replied")
 }

@@ -1,0 +1,258 @@
+package persona
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/personakit/persona/channel"
+	"github.com/personakit/persona/gate"
+	"github.com/personakit/persona/inbound"
+	"github.com/personakit/persona/outcome"
+)
+
+// Media-turn assembly (a picture, then its caption): a message of only
+// media waits inbound.MediaMergeWindow before its turn may start (see
+// handleDurably). A text message of the same sender in the same session
+// whose time is within that window of it, and that has no media of its
+// own, takes the media in: the text's turn answers with the pictures or
+// the voice clip attached, and the media message, when its own turn comes,
+// ends as superseded_media_turn pointing at the text.
+//
+// The pipeline is the only process on its store (the store's lock), so
+// which media messages are waiting is known in memory: HandleEvent notes
+// every media-only message it queues. What a text turn took in is also
+// kept in the session flags, so that after a crash the media message still
+// ends superseded and the text turn, retried, takes the same media again.
+const (
+	// mediaSlack: a text takes the media message nearest to it and every
+	// other one within this much of that one (a burst of pictures).
+	mediaSlack = 3 * time.Second
+	// flagMediaAbsorbed (subject: the media item's id) names the text item
+	// that took it in; flagMediaTaken (subject: the text item's id) lists
+	// what it took, for a retry.
+	flagMediaAbsorbed = "media_absorbed"
+	flagMediaTaken    = "media_taken"
+	// mediaFlagTTL is how long those flags are kept: far longer than any
+	// turn's retries take.
+	mediaFlagTTL = 24 * time.Hour
+)
+
+// heldMedia is a queued media-only message that may still be taken in.
+type heldMedia struct {
+	ID    string        `json:"id"`
+	At    time.Time     `json:"at"`
+	Event channel.Event `json:"event"`
+}
+
+// mediaHold tracks media-only messages waiting for a caption.
+type mediaHold struct {
+	mu sync.Mutex
+	// waiting is keyed by session and sender, oldest first; entries go
+	// when taken, when their own turn starts, or once too old.
+	waiting map[string][]heldMedia
+	// absorbed maps a media item to the text item that took it in;
+	// running marks media items whose own turn has started.
+	absorbed map[string]string
+	running  map[string]bool
+}
+
+func newMediaHold() *mediaHold {
+	return &mediaHold{waiting: map[string][]heldMedia{}, absorbed: map[string]string{}, running: map[string]bool{}}
+}
+
+func holdKey(session, sender string) string { return session + "\x00" + sender }
+
+// note records a media-only message HandleEvent queued.
+func (h *mediaHold) note(it *inbound.Item, now time.Time) {
+	k := holdKey(it.SessionKey, it.Event.Sender.ID)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.prune(now)
+	ev := it.Event.Clone()
+	ev.Raw = nil
+	h.waiting[k] = append(h.waiting[k], heldMedia{ID: it.ID, At: ev.Time, Event: ev})
+}
+
+// prune drops what no text can take any more (with h.mu held): entries
+// older than twice the window, and the marks of items long finished.
+func (h *mediaHold) prune(now time.Time) {
+	horizon := now.Add(-2*inbound.MediaMergeWindow - time.Minute)
+	for k, list := range h.waiting {
+		i := 0
+		for i < len(list) && list[i].At.Before(horizon) {
+			delete(h.running, list[i].ID)
+			i++
+		}
+		if i == len(list) {
+			delete(h.waiting, k)
+		} else if i > 0 {
+			h.waiting[k] = slices.Clone(list[i:])
+		}
+	}
+	if len(h.absorbed) > 4096 {
+		clear(h.absorbed) // the flags still hold them
+	}
+	if len(h.running) > 4096 {
+		clear(h.running)
+	}
+}
+
+// mediaSegments returns the media segments of segs.
+func mediaSegments(segs []channel.Segment) []channel.Segment {
+	var out []channel.Segment
+	for _, s := range segs {
+		if s.Type.IsMedia() {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// take picks the waiting media of the text item (id, time at) for it:
+// the nearest within the window, and every other within mediaSlack of that
+// one, oldest first. Items whose own turn has started are left alone.
+func (h *mediaHold) take(session, sender, id string, at time.Time) []heldMedia {
+	k := holdKey(session, sender)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	list := h.waiting[k]
+	nearest := -1
+	var best time.Duration
+	for i, m := range list {
+		d := absDur(m.At.Sub(at))
+		if d > inbound.MediaMergeWindow || h.running[m.ID] || h.absorbed[m.ID] != "" {
+			continue
+		}
+		if nearest < 0 || d < best {
+			nearest, best = i, d
+		}
+	}
+	if nearest < 0 {
+		return nil
+	}
+	var got []heldMedia
+	rest := list[:0:0]
+	for _, m := range list {
+		ok := absDur(m.At.Sub(list[nearest].At)) <= mediaSlack && absDur(m.At.Sub(at)) <= inbound.MediaMergeWindow &&
+			!h.running[m.ID] && h.absorbed[m.ID] == ""
+		if ok {
+			got = append(got, m)
+			h.absorbed[m.ID] = id
+		} else {
+			rest = append(rest, m)
+		}
+	}
+	if len(rest) == 0 {
+		delete(h.waiting, k)
+	} else {
+		h.waiting[k] = rest
+	}
+	return got
+}
+
+// start marks the media item's own turn as started, unless a text took it
+// in: then it returns that text's item id.
+func (h *mediaHold) start(id string) (into string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if into = h.absorbed[id]; into != "" {
+		return into
+	}
+	h.running[id] = true
+	return ""
+}
+
+// release undoes take for items whose absorption could not be stored.
+func (h *mediaHold) release(session, sender string, ms []heldMedia) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	k := holdKey(session, sender)
+	for _, m := range ms {
+		delete(h.absorbed, m.ID)
+	}
+	h.waiting[k] = append(ms, h.waiting[k]...)
+	slices.SortFunc(h.waiting[k], func(a, b heldMedia) int { return a.At.Compare(b.At) })
+}
+
+func absDur(d time.Duration) time.Duration {
+	if d < 0 {
+		return -d
+	}
+	return d
+}
+
+// assemble runs media-turn assembly for a claimed item, before its gates.
+// A media-only item that a text took in ends here (done); a text item
+// gets the media it took in appended to l.Event's segments, and where
+// each taken message's media are.
+func (p *Pipeline) assemble(ctx context.Context, l *inbound.Lease) (act action, done bool, took []mediaOwner) {
+	ev := &l.Event
+	if ev.Kind != channel.KindMessage || l.HistoryOnly {
+		return action{}, false, nil
+	}
+	if ev.MediaOnly() {
+		into := p.hold.start(l.ID)
+		if into == "" {
+			// Not known here (this process may have started after a
+			// text took it in): the flags know.
+			f, ok, err := p.flags.GetFlag(ctx, l.SessionKey, l.ID, flagMediaAbsorbed)
+			if err != nil {
+				return action{kind: actRetry, err: fmt.Errorf("read media absorption: %w", err)}, true, nil
+			}
+			if ok && f.Active(p.clk.Now()) {
+				into = f.Value
+			}
+		}
+		if into != "" {
+			o := inbound.Outcome{Code: outcome.SupersededMediaTurn, MergedInto: into,
+				Reason: "taken into the same sender's text message within the media window; that turn answers both"}
+			return action{kind: actComplete, outcome: o}, true, nil
+		}
+		return action{}, false, nil
+	}
+	if ev.Text() == "" || len(mediaSegments(ev.Segments)) > 0 {
+		return action{}, false, nil
+	}
+	var ms []heldMedia
+	if l.Claims > 1 {
+		// A retry takes what its first attempt took (the media items end
+		// superseded whatever this attempt does).
+		f, ok, err := p.flags.GetFlag(ctx, l.SessionKey, l.ID, flagMediaTaken)
+		if err != nil {
+			return action{kind: actRetry, err: fmt.Errorf("read media taken: %w", err)}, true, nil
+		}
+		if ok && json.Unmarshal([]byte(f.Value), &ms) != nil {
+			ms = nil
+		}
+	}
+	if ms == nil {
+		ms = p.hold.take(l.SessionKey, ev.Sender.ID, l.ID, ev.Time)
+		if len(ms) == 0 {
+			return action{}, false, nil
+		}
+		// Durable before the media are used: a crash now leaves the media
+		// items ending superseded and this turn, retried, taking them.
+		now := p.clk.Now()
+		blob, _ := json.Marshal(ms) // segments and times: cannot fail
+		fs := []gate.Flag{{SessionKey: l.SessionKey, Subject: l.ID, Name: flagMediaTaken, Until: now.Add(mediaFlagTTL), Value: string(blob)}}
+		for _, m := range ms {
+			fs = append(fs, gate.Flag{SessionKey: l.SessionKey, Subject: m.ID, Name: flagMediaAbsorbed, Until: now.Add(mediaFlagTTL), Value: l.ID})
+		}
+		if err := gate.SetFlags(ctx, p.flags, fs); err != nil {
+			p.hold.release(l.SessionKey, ev.Sender.ID, ms)
+			return action{kind: actRetry, err: fmt.Errorf("store media absorption: %w", err)}, true, nil
+		}
+	}
+	segs := slices.Clone(ev.Segments)
+	for _, m := range ms {
+		from := len(segs)
+		segs = append(segs, mediaSegments(m.Event.Segments)...)
+		took = append(took, mediaOwner{from: from, to: len(segs), id: m.ID, event: m.Event})
+	}
+	ev.Segments = segs
+	return action{}, false, took
+}

@@ -1,0 +1,498 @@
+package persona
+
+import (
+	"bytes"
+	"context"
+	"image"
+	"image/color"
+	"image/png"
+	"log/slog"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/personakit/persona/agent"
+	"github.com/personakit/persona/channel"
+	"github.com/personakit/persona/channel/onebot"
+	"github.com/personakit/persona/channel/onebot/onebottest"
+	"github.com/personakit/persona/channel/telegram"
+	"github.com/personakit/persona/channel/telegram/telegramtest"
+	"github.com/personakit/persona/clock"
+	"github.com/personakit/persona/gate"
+	"github.com/personakit/persona/inbound"
+	"github.com/personakit/persona/outcome"
+)
+
+// mediaModel is a model that records what it is asked: it describes
+// pictures (PurposeVision) and answers chat turns, and declares vision
+// when seeing is set.
+type mediaModel struct {
+	seeing bool
+	mu     sync.Mutex
+	reqs   []agent.Request
+	// reply answers a chat request (default "nice").
+	reply func(req agent.Request) string
+}
+
+func (m *mediaModel) AcceptsImages() bool { return m.seeing }
+
+func (m *mediaModel) Generate(_ context.Context, req agent.Request) (*agent.Response, error) {
+	m.mu.Lock()
+	m.reqs = append(m.reqs, req)
+	m.mu.Unlock()
+	switch req.Purpose {
+	case agent.PurposeVision:
+		return &agent.Response{Text: "a small red square", Model: "v"}, nil
+	case agent.PurposeChat:
+		text := "nice"
+		if m.reply != nil {
+			text = m.reply(req)
+		}
+		return &agent.Response{Text: text, Model: "c"}, nil
+	}
+	return nil, &agent.Error{Kind: agent.KindInvalidRequest, Message: "not in this test"}
+}
+
+// calls returns the requests of one purpose.
+func (m *mediaModel) calls(purpose string) []agent.Request {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []agent.Request
+	for _, r := range m.reqs {
+		if r.Purpose == purpose {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// current returns the current-message message of a chat request.
+func current(t *testing.T, req agent.Request) agent.Message {
+	t.Helper()
+	for _, m := range req.Messages {
+		if strings.HasPrefix(m.Content, "[current] ") {
+			return m
+		}
+	}
+	t.Fatalf("no current message in %+v", req.Messages)
+	return agent.Message{}
+}
+
+// redPNG is a tiny valid PNG.
+func redPNG(t testing.TB, side int) []byte {
+	img := image.NewRGBA(image.Rect(0, 0, side, side))
+	for x := range side {
+		for y := range side {
+			img.Set(x, y, color.RGBA{R: 255, A: 255})
+		}
+	}
+	var b bytes.Buffer
+	require.NoError(t, png.Encode(&b, img))
+	return b.Bytes()
+}
+
+// mediaRun is a pipeline on the OneBot fake with a fake clock.
+type mediaRun struct {
+	t     *testing.T
+	clk   *clock.Fake
+	fake  *onebottest.Server
+	p     *Pipeline
+	model *mediaModel
+	mu    sync.Mutex
+	outs  map[string]inbound.Outcome
+}
+
+const (
+	mrBot   = 90001
+	mrGroup = 777001
+	mrUser  = 12345
+)
+
+func startMediaRun(t *testing.T, model *mediaModel, opt func(*Options)) *mediaRun {
+	t.Helper()
+	r := &mediaRun{t: t, model: model, outs: map[string]inbound.Outcome{},
+		clk: clock.NewFake(time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC))}
+	r.fake = onebottest.New(onebottest.Config{SelfID: mrBot, Nickname: "Mira", Clock: r.clk})
+	t.Cleanup(r.fake.Close)
+	r.fake.AddGroup(mrGroup, "photos")
+	srv := httptest.NewServer(r.fake)
+	t.Cleanup(srv.Close)
+	ch, err := onebot.New(onebot.Config{Mode: onebot.ModeForwardWS, URL: "ws" + strings.TrimPrefix(srv.URL, "http") + "/",
+		Logger: slog.New(slog.DiscardHandler), Clock: r.clk})
+	require.NoError(t, err)
+	o := Options{Channels: []channel.Channel{ch}, DataDir: t.TempDir(), Persona: "You are Mira.", Model: model,
+		Clock: r.clk, NoPacing: true, NoRouter: true, AuditDisabled: func(string) bool { return true },
+		Logger: slog.New(slog.DiscardHandler),
+		OnOutcome: func(id string, o inbound.Outcome) {
+			r.mu.Lock()
+			r.outs[id] = o
+			r.mu.Unlock()
+		}}
+	if opt != nil {
+		opt(&o)
+	}
+	p, err := New(o)
+	require.NoError(t, err)
+	r.p = p
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		require.NoError(t, <-done)
+		require.NoError(t, p.Close())
+	})
+	require.Eventually(t, p.anyReady, 10*time.Second, 5*time.Millisecond)
+	return r
+}
+
+// emit sends a message from mrUser (group when group is set) and returns
+// its queue item id.
+func (r *mediaRun) emit(group bool, msg onebot.Message) string {
+	r.t.Helper()
+	in := onebottest.Incoming{UserID: mrUser, Nickname: "Ann", Message: msg}
+	chat := channel.Chat{Kind: channel.Private, ID: strconv.Itoa(mrUser)}
+	if group {
+		in.GroupID = mrGroup
+		chat = channel.Chat{Kind: channel.Group, ID: strconv.Itoa(mrGroup)}
+	}
+	rec, err := r.fake.EmitMessage(r.t.Context(), in)
+	require.NoError(r.t, err)
+	ev := channel.Event{Platform: onebot.DefaultPlatform, BotID: strconv.Itoa(mrBot), MessageID: strconv.Itoa(int(rec.ID)), Chat: chat}
+	return ev.Key()
+}
+
+// await waits for an item's outcome, moving the fake clock on a second
+// at a time (so held media become due).
+func (r *mediaRun) await(id string) inbound.Outcome {
+	r.t.Helper()
+	var o inbound.Outcome
+	require.Eventually(r.t, func() bool {
+		r.mu.Lock()
+		got, ok := r.outs[id]
+		r.mu.Unlock()
+		if ok {
+			o = got
+			return true
+		}
+		r.clk.Advance(time.Second)
+		return false
+	}, 20*time.Second, 10*time.Millisecond, "no outcome for %s", id)
+	return o
+}
+
+func (r *mediaRun) outcome(id string) (inbound.Outcome, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	o, ok := r.outs[id]
+	return o, ok
+}
+
+func imageSeg(file string) onebot.Segment {
+	return onebot.Segment{Type: "image", Data: map[string]string{"file": file}}
+}
+
+func TestMediaImageOnlyPrivateMessageIsSeen(t *testing.T) {
+	t.Parallel()
+	model := &mediaModel{seeing: true}
+	r := startMediaRun(t, model, nil)
+	pic := redPNG(t, 8)
+	r.fake.AddMedia("abc.image", onebottest.MediaFile{Bytes: pic, Base64: true})
+
+	id := r.emit(false, onebot.Message{imageSeg("abc.image")})
+	o := r.await(id)
+	require.Equal(t, outcome.Replied, o.Code, o.Reason)
+	chats := model.calls(agent.PurposeChat)
+	require.Len(t, chats, 1)
+	cur := current(t, chats[0])
+	require.Len(t, cur.Parts, 1, "the picture is attached to the current message")
+	require.True(t, strings.HasPrefix(cur.Parts[0].ImageURL, "data:image/png;base64,"), cur.Parts[0].ImageURL[:40])
+	require.Contains(t, cur.Content, "[image]")
+
+	// The description was written meanwhile and is stored with the
+	// message: a later turn's history shows it as text.
+	require.Eventually(t, func() bool { return len(model.calls(agent.PurposeVision)) == 1 }, 5*time.Second, 5*time.Millisecond)
+	id2 := r.emit(false, onebot.Message{onebot.TextSegment("and now?")})
+	require.Equal(t, outcome.Replied, r.await(id2).Code)
+	chats = model.calls(agent.PurposeChat)
+	require.Len(t, chats, 2)
+	var hist strings.Builder
+	for _, m := range chats[1].Messages {
+		if m.Role == agent.RoleUser && !strings.HasPrefix(m.Content, "[current] ") {
+			hist.WriteString(m.Content)
+			require.Empty(t, m.Parts, "history carries descriptions, not bytes")
+		}
+	}
+	require.Contains(t, hist.String(), "[image: a small red square]")
+}
+
+func TestMediaDescribedForATextOnlyChat(t *testing.T) {
+	t.Parallel()
+	model := &mediaModel{seeing: true}
+	r := startMediaRun(t, model, func(o *Options) { o.Media.DescribeOnly = true })
+	r.fake.AddMedia("abc.image", onebottest.MediaFile{Bytes: redPNG(t, 8), Base64: true})
+
+	id := r.emit(false, onebot.Message{imageSeg("abc.image"), onebot.TextSegment("what is this?")})
+	require.Equal(t, outcome.Replied, r.await(id).Code)
+	cur := current(t, model.calls(agent.PurposeChat)[0])
+	require.Empty(t, cur.Parts)
+	require.Contains(t, cur.Content, "[image: a small red square] what is this?")
+
+	// The same picture again: described from the cache, not by a second
+	// vision call.
+	id2 := r.emit(false, onebot.Message{imageSeg("abc.image"), onebot.TextSegment("and this one?")})
+	require.Equal(t, outcome.Replied, r.await(id2).Code)
+	require.Len(t, model.calls(agent.PurposeVision), 1)
+	require.Contains(t, current(t, model.calls(agent.PurposeChat)[1]).Content, "[image: a small red square] and this one?")
+}
+
+func TestMediaNoVisionShowsPlaceholders(t *testing.T) {
+	t.Parallel()
+	model := &mediaModel{}
+	r := startMediaRun(t, model, nil)
+	r.fake.AddMedia("abc.image", onebottest.MediaFile{Bytes: redPNG(t, 8), Base64: true})
+	id := r.emit(false, onebot.Message{imageSeg("abc.image"), onebot.TextSegment("look")})
+	require.Equal(t, outcome.Replied, r.await(id).Code)
+	cur := current(t, model.calls(agent.PurposeChat)[0])
+	require.Empty(t, cur.Parts)
+	require.Contains(t, cur.Content, "[image] look")
+	require.Empty(t, model.calls(agent.PurposeVision))
+}
+
+func TestMediaPhotoThenCaptionIsOneTurn(t *testing.T) {
+	t.Parallel()
+	model := &mediaModel{seeing: true}
+	r := startMediaRun(t, model, nil)
+	r.fake.AddMedia("p1.image", onebottest.MediaFile{Bytes: redPNG(t, 8), Base64: true})
+
+	photo := r.emit(false, onebot.Message{imageSeg("p1.image")})
+	r.clk.Advance(3 * time.Second)
+	caption := r.emit(false, onebot.Message{onebot.TextSegment("这张好看吗")})
+	o := r.await(caption)
+	require.Equal(t, outcome.Replied, o.Code, o.Reason)
+	po := r.await(photo)
+	require.Equal(t, outcome.SupersededMediaTurn, po.Code, po.Reason)
+	require.Equal(t, caption, po.MergedInto)
+
+	chats := model.calls(agent.PurposeChat)
+	require.Len(t, chats, 1, "one turn answers the photo and its caption")
+	cur := current(t, chats[0])
+	require.Len(t, cur.Parts, 1)
+	require.Contains(t, cur.Content, "这张好看吗")
+	require.Len(t, r.fake.Sent(), 1, "one reply")
+}
+
+func TestMediaPhotoAloneBecomesItsOwnTurn(t *testing.T) {
+	t.Parallel()
+	model := &mediaModel{seeing: true}
+	r := startMediaRun(t, model, nil)
+	r.fake.AddMedia("p1.image", onebottest.MediaFile{Bytes: redPNG(t, 8), Base64: true})
+	photo := r.emit(false, onebot.Message{imageSeg("p1.image")})
+	// Held for the media window: nothing happens at once.
+	time.Sleep(50 * time.Millisecond)
+	_, done := r.outcome(photo)
+	require.False(t, done, "a media-only message waits for a caption")
+	r.clk.Advance(20 * time.Second) // past the window: a caption now is a turn of its own
+	require.Equal(t, outcome.Replied, r.await(photo).Code)
+	late := r.emit(false, onebot.Message{onebot.TextSegment("so?")})
+	require.Equal(t, outcome.Replied, r.await(late).Code)
+	chats := model.calls(agent.PurposeChat)
+	require.Len(t, chats, 2)
+	require.Len(t, current(t, chats[0]).Parts, 1)
+	require.Empty(t, current(t, chats[1]).Parts)
+}
+
+func TestMediaQuotedImageIsAttached(t *testing.T) {
+	t.Parallel()
+	model := &mediaModel{seeing: true}
+	r := startMediaRun(t, model, nil)
+	r.fake.AddMedia("q.image", onebottest.MediaFile{Bytes: redPNG(t, 8), Base64: true})
+	// A picture in the group, not addressed to the bot (no router: ignored).
+	in := onebottest.Incoming{UserID: 555, GroupID: mrGroup, Nickname: "Bo", Message: onebot.Message{imageSeg("q.image"), onebot.TextSegment("sunset")}}
+	rec, err := r.fake.EmitMessage(t.Context(), in)
+	require.NoError(t, err)
+	// Someone quotes it and asks the bot.
+	ask := r.emit(true, onebot.Message{{Type: "reply", Data: map[string]string{"id": strconv.Itoa(int(rec.ID))}},
+		{Type: "at", Data: map[string]string{"qq": strconv.Itoa(mrBot)}}, onebot.TextSegment(" where is this?")})
+	require.Equal(t, outcome.Replied, r.await(ask).Code)
+	chats := model.calls(agent.PurposeChat)
+	require.Len(t, chats, 1)
+	var found bool
+	for _, m := range chats[0].Messages {
+		if strings.HasPrefix(m.Content, "[Images the current message refers to]") {
+			require.Len(t, m.Parts, 1)
+			found = true
+		}
+	}
+	require.True(t, found, "the quoted picture is attached as a dependency image")
+}
+
+func TestMediaVoiceIsTranscribedAndAnswered(t *testing.T) {
+	t.Parallel()
+	model := &mediaModel{seeing: true}
+	var mu sync.Mutex
+	var heard []agent.Audio
+	tr := agent.TranscriberFunc(func(_ context.Context, a agent.Audio) (string, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		heard = append(heard, a)
+		return "明天几点集合", nil
+	})
+	r := startMediaRun(t, model, func(o *Options) { o.Media.Transcriber = tr })
+	// QQ keeps voice as SILK; the implementation converts to the asked format.
+	mp3 := append([]byte("ID3\x03\x00\x00\x00\x00\x00\x00"), bytes.Repeat([]byte{0xff, 0xfb, 0x90, 0x00}, 64)...)
+	r.fake.AddMedia("v1.amr", onebottest.MediaFile{Bytes: []byte("#!SILK_V3 not really"), Formats: map[string][]byte{"mp3": mp3}})
+	id := r.emit(true, onebot.Message{{Type: "at", Data: map[string]string{"qq": strconv.Itoa(mrBot)}},
+		{Type: "record", Data: map[string]string{"file": "v1.amr"}}})
+	o := r.await(id)
+	require.Equal(t, outcome.Replied, o.Code, o.Reason)
+	mu.Lock()
+	require.Len(t, heard, 1)
+	require.Equal(t, "audio/mpeg", heard[0].MIME)
+	require.Equal(t, mp3, heard[0].Data)
+	mu.Unlock()
+	require.Contains(t, current(t, model.calls(agent.PurposeChat)[0]).Content, "明天几点集合")
+}
+
+func TestMediaVoiceNotTranscribedIsSaidInTheReason(t *testing.T) {
+	t.Parallel()
+	model := &mediaModel{}
+	tr := agent.TranscriberFunc(func(context.Context, agent.Audio) (string, error) {
+		return "", &agent.Error{Kind: agent.KindInvalidRequest, Message: "unsupported audio"}
+	})
+	r := startMediaRun(t, model, func(o *Options) { o.Media.Transcriber = tr })
+	r.fake.AddMedia("v1.amr", onebottest.MediaFile{Bytes: []byte("ID3\x03\x00\x00\x00\x00\x00\x00abc")})
+	id := r.emit(false, onebot.Message{{Type: "record", Data: map[string]string{"file": "v1.amr"}}, onebot.TextSegment("listen")})
+	o := r.await(id)
+	require.Equal(t, outcome.Replied, o.Code)
+	require.Contains(t, o.Reason, "voice not transcribed")
+	require.Contains(t, current(t, model.calls(agent.PurposeChat)[0]).Content, "not transcribed")
+}
+
+func TestMediaStickerAloneTriggersNothing(t *testing.T) {
+	t.Parallel()
+	model := &mediaModel{seeing: true}
+	r := startMediaRun(t, model, func(o *Options) { o.NoRouter = false })
+	id := r.emit(true, onebot.Message{{Type: "mface", Data: map[string]string{"summary": "[开心]", "url": "https://example.invalid/s.gif",
+		"emoji_id": "1", "emoji_package_id": "2", "key": "k"}}})
+	o := r.await(id)
+	require.Equal(t, gate.IgnoredStickerOnly, o.Code, o.Reason)
+	require.Empty(t, model.calls(agent.PurposeChat))
+	require.Empty(t, model.calls(agent.PurposeRouter))
+	require.Empty(t, model.calls(agent.PurposeVision))
+}
+
+// tgRun is a pipeline on the Telegram fake with a fake clock.
+type tgRun struct {
+	mediaRun
+	tg *telegramtest.Server
+}
+
+func startTelegramMediaRun(t *testing.T, model *mediaModel, opt func(*Options)) *tgRun {
+	t.Helper()
+	r := &tgRun{mediaRun: mediaRun{t: t, model: model, outs: map[string]inbound.Outcome{},
+		clk: clock.NewFake(time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC))}}
+	r.tg = telegramtest.New(telegramtest.Config{Clock: r.clk})
+	t.Cleanup(r.tg.Close)
+	ch, err := telegram.New(telegram.Config{Token: telegramtest.DefaultToken, APIBase: r.tg.URL(), Clock: r.clk,
+		PollTimeout: time.Second, Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	o := Options{Channels: []channel.Channel{ch}, DataDir: t.TempDir(), Persona: "You are Mira.", Model: model,
+		Clock: r.clk, NoPacing: true, NoRouter: true, AuditDisabled: func(string) bool { return true },
+		Logger: slog.New(slog.DiscardHandler),
+		OnOutcome: func(id string, o inbound.Outcome) {
+			r.mu.Lock()
+			r.outs[id] = o
+			r.mu.Unlock()
+		}}
+	if opt != nil {
+		opt(&o)
+	}
+	p, err := New(o)
+	require.NoError(t, err)
+	r.p = p
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		require.NoError(t, <-done)
+		require.NoError(t, p.Close())
+	})
+	require.Eventually(t, p.anyReady, 10*time.Second, 5*time.Millisecond)
+	return r
+}
+
+const tgUser = 4242
+
+// push posts a message from tgUser (in a group when group is set) and
+// returns its queue item id.
+func (r *tgRun) push(group bool, in telegramtest.Incoming) string {
+	r.t.Helper()
+	in.From = telegramtest.User{ID: tgUser, FirstName: "Ann"}
+	in.Chat = telegramtest.Chat{ID: tgUser, Type: "private"}
+	if group {
+		in.Chat = telegramtest.Chat{ID: -100777, Type: "supergroup", Title: "photos"}
+	}
+	msg, err := r.tg.Push(r.t.Context(), in)
+	require.NoError(r.t, err)
+	ev := channel.Event{Platform: telegram.Platform, BotID: r.botID(), MessageID: strconv.FormatInt(msg.MessageID, 10),
+		Chat: channel.Chat{Kind: channel.Private, ID: strconv.FormatInt(in.Chat.ID, 10)}}
+	if group {
+		ev.Chat.Kind = channel.Group
+	}
+	return ev.Key()
+}
+
+func (r *tgRun) botID() string {
+	id, _, _ := strings.Cut(telegramtest.DefaultToken, ":")
+	return id
+}
+
+func TestMediaTelegramPhotoWithCaptionIsSeen(t *testing.T) {
+	t.Parallel()
+	model := &mediaModel{seeing: true}
+	r := startTelegramMediaRun(t, model, nil)
+	r.tg.AddFile("photo-big", redPNG(t, 16))
+	id := r.push(false, telegramtest.Incoming{Photo: []telegramtest.PhotoSize{{FileID: "photo-small", FileUniqueID: "u1", Width: 90, Height: 90},
+		{FileID: "photo-big", FileUniqueID: "u2", Width: 800, Height: 800}}, Caption: "is this nice?"})
+	o := r.await(id)
+	require.Equal(t, outcome.Replied, o.Code, o.Reason)
+	cur := current(t, model.calls(agent.PurposeChat)[0])
+	require.Len(t, cur.Parts, 1, "the largest photo size, attached")
+	require.Contains(t, cur.Content, "is this nice?")
+}
+
+func TestMediaTelegramVoiceIsTranscribed(t *testing.T) {
+	t.Parallel()
+	model := &mediaModel{}
+	tr := agent.TranscriberFunc(func(_ context.Context, a agent.Audio) (string, error) {
+		if a.MIME != "audio/ogg" || !strings.HasSuffix(a.Name, ".ogg") {
+			return "", &agent.Error{Kind: agent.KindInvalidRequest, Message: "unexpected " + a.MIME + " " + a.Name}
+		}
+		return "see you at eight", nil
+	})
+	r := startTelegramMediaRun(t, model, func(o *Options) { o.Media.Transcriber = tr })
+	r.tg.AddFile("voice-1", append([]byte("OggS\x00\x02"), bytes.Repeat([]byte{1}, 100)...))
+	id := r.push(false, telegramtest.Incoming{Voice: &telegramtest.File{FileID: "voice-1", FileUniqueID: "v1", MimeType: "audio/ogg", Duration: 3}})
+	o := r.await(id) // a voice-only message waits out the media window first
+	require.Equal(t, outcome.Replied, o.Code, o.Reason)
+	require.Contains(t, current(t, model.calls(agent.PurposeChat)[0]).Content, "[voice 3s: see you at eight]")
+}
+
+func TestMediaTelegramStickerAloneTriggersNothing(t *testing.T) {
+	t.Parallel()
+	model := &mediaModel{seeing: true}
+	r := startTelegramMediaRun(t, model, func(o *Options) { o.NoRouter = false })
+	r.tg.AddFile("st-1", []byte("RIFF\x00\x00\x00\x00WEBPVP8 "))
+	id := r.push(true, telegramtest.Incoming{Sticker: &telegramtest.Sticker{FileID: "st-1", FileUniqueID: "s1", Width: 512, Height: 512, Emoji: "😂"}})
+	o := r.await(id)
+	require.Equal(t, gate.IgnoredStickerOnly, o.Code, o.Reason)
+	require.Empty(t, model.calls(agent.PurposeChat))
+	require.Empty(t, model.calls(agent.PurposeRouter))
+}

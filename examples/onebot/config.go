@@ -5,9 +5,11 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+	"path/filepath"
 	"strconv"
 	"strings"
 
+	"github.com/personakit/persona"
 	"github.com/personakit/persona/channel/onebot"
 	"github.com/personakit/persona/internal/botenv"
 )
@@ -15,19 +17,22 @@ import (
 // The environment variables the bot reads (besides the model variables of
 // agent/openai.FromEnv).
 const (
-	envMode     = "PERSONA_ONEBOT_MODE"
-	envAddr     = "PERSONA_ONEBOT_ADDR"
-	envURL      = "PERSONA_ONEBOT_URL"
-	envToken    = "PERSONA_ONEBOT_TOKEN"
-	envSecret   = "PERSONA_ONEBOT_SECRET"
-	envDialect  = "PERSONA_ONEBOT_DIALECT"
-	envSoul     = botenv.EnvSoul
-	envData     = botenv.EnvData
-	envOwner    = botenv.EnvOwner
-	envAliases  = botenv.EnvAliases
-	envLogLevel = botenv.EnvLogLevel
-	envMemory   = botenv.EnvMemory
-	envAgent    = botenv.EnvAgent
+	envMode    = "PERSONA_ONEBOT_MODE"
+	envAddr    = "PERSONA_ONEBOT_ADDR"
+	envURL     = "PERSONA_ONEBOT_URL"
+	envToken   = "PERSONA_ONEBOT_TOKEN"
+	envSecret  = "PERSONA_ONEBOT_SECRET"
+	envDialect = "PERSONA_ONEBOT_DIALECT"
+	// envMediaRoot is a directory of the implementation's files this bot
+	// may read (onebot.Config.MediaRoot), when both run on one machine.
+	envMediaRoot = "PERSONA_ONEBOT_MEDIA_ROOT"
+	envSoul      = botenv.EnvSoul
+	envData      = botenv.EnvData
+	envOwner     = botenv.EnvOwner
+	envAliases   = botenv.EnvAliases
+	envLogLevel  = botenv.EnvLogLevel
+	envMemory    = botenv.EnvMemory
+	envAgent     = botenv.EnvAgent
 )
 
 // Defaults of the bot.
@@ -44,6 +49,8 @@ type config struct {
 	token   string
 	secret  string
 	dialect onebot.Dialect
+	// mediaRoot is onebot.Config.MediaRoot ("" = local paths refused).
+	mediaRoot string
 
 	soul     string // SOUL.md text
 	soulFrom string // where it came from, for the banner
@@ -53,6 +60,9 @@ type config struct {
 	level    slog.Level
 	memory   bool // long-term memory (persona.Options.Memory)
 	agent    bool // the agent tool loop (persona.Options.Agent)
+	// media is persona.Options.Media; mediaDesc says what it does.
+	media     persona.MediaOptions
+	mediaDesc string
 }
 
 // loadConfig reads and checks the environment. It reports every problem
@@ -107,12 +117,21 @@ func loadConfig(getenv func(string) string) (config, error) {
 		bad("%s=%q: want %s, %s or %s", envDialect, getenv(envDialect), onebot.DialectNapCat, onebot.DialectLagrange, onebot.DialectGoCQHTTP)
 	}
 
+	if root := get(envMediaRoot); root != "" {
+		if !filepath.IsAbs(root) {
+			bad("%s=%q: want an absolute path", envMediaRoot, root)
+		} else {
+			cfg.mediaRoot = root
+		}
+	}
+
 	common, cerrs := botenv.Load(getenv, botenv.Defaults{Soul: defaultSoul, SoulName: "built-in SOUL.md (Mira)",
 		DataDir: defaultDataDir, Owner: checkOwner})
 	errs = append(errs, cerrs...)
 	cfg.soul, cfg.soulFrom, cfg.dataDir = common.Soul, common.SoulFrom, common.DataDir
 	cfg.owners, cfg.aliases, cfg.level = common.Owners, common.Aliases, common.Level
 	cfg.memory, cfg.agent = common.Memory, common.Agent
+	cfg.media, cfg.mediaDesc = common.Media, common.MediaDesc
 	return cfg, errors.Join(errs...)
 }
 

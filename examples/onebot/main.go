@@ -18,6 +18,10 @@
 //   - PERSONA_ONEBOT_SECRET: the HTTP POST secret (http mode; X-Signature).
 //   - PERSONA_ONEBOT_DIALECT: napcat (default), lagrange or gocqhttp, the
 //     parameters of the history calls used for backfill after a reconnect.
+//   - PERSONA_ONEBOT_MEDIA_ROOT: an absolute directory where the
+//     implementation keeps its files, when it answers get_image and
+//     get_record with local paths on this machine (unset: such answers are
+//     refused; URLs and base64 answers work either way).
 //   - PERSONA_MODEL_BASE_URL, PERSONA_MODEL_API_KEY (or OPENAI_API_KEY),
 //     PERSONA_MODEL: the OpenAI-compatible model, as for examples/console;
 //     without them an offline demo model echoes.
@@ -31,8 +35,14 @@
 //     prompt, summaries, fact extraction after replies); on by default.
 //   - PERSONA_AGENT: the agent tool loop instead of one model call per
 //     reply; off by default.
+//   - PERSONA_MODEL_VISION: the model takes pictures (off by default: then
+//     pictures reach it as "[image]").
+//   - PERSONA_MEDIA: pictures, stickers and voice fetched into the media
+//     cache in the data directory; on by default.
+//   - PERSONA_TRANSCRIBE_MODEL: a speech-to-text model on the model's
+//     server (e.g. whisper-1); unset, voice clips are not transcribed.
 //
-// PERSONA_MEMORY and PERSONA_AGENT take 1/0, true/false, on/off or yes/no
+// PERSONA_MEMORY, PERSONA_AGENT, PERSONA_MODEL_VISION and PERSONA_MEDIA take 1/0, true/false, on/off or yes/no
 // (any case); any other value stops the bot at start.
 //
 // SIGINT or SIGTERM stops it gracefully: in-flight turns are released to
@@ -96,6 +106,7 @@ func run(ctx context.Context, getenv func(string) string, stdout, stderr io.Writ
 		AccessToken:    cfg.token,
 		Secret:         cfg.secret,
 		HistoryDialect: cfg.dialect,
+		MediaRoot:      cfg.mediaRoot,
 		Logger:         log.With("component", "onebot"),
 	})
 	if err != nil {
@@ -110,6 +121,7 @@ func run(ctx context.Context, getenv func(string) string, stdout, stderr io.Writ
 		Aliases:  cfg.aliases,
 		Memory:   cfg.memory,
 		Agent:    cfg.agent,
+		Media:    cfg.media,
 		Logger:   log.With("component", "persona"),
 	})
 	if err != nil {
@@ -133,6 +145,7 @@ func banner(w io.Writer, cfg config, ln net.Listener, modelDesc string) {
 	fmt.Fprintln(w, "  persona: "+cfg.soulFrom)
 	fmt.Fprintln(w, "  data:    "+cfg.dataDir)
 	fmt.Fprintf(w, "  memory:  %s (%s); agent loop: %s (%s)\n", botenv.OnOff(cfg.memory), envMemory, botenv.OnOff(cfg.agent), envAgent)
+	fmt.Fprintln(w, "  media:   "+cfg.mediaDesc)
 	token := "no access token (set " + envToken + ")"
 	if cfg.token != "" {
 		token = "the access token from " + envToken

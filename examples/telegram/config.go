@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/personakit/persona"
 	"github.com/personakit/persona/channel/telegram"
 	"github.com/personakit/persona/internal/botenv"
 )
@@ -48,6 +49,9 @@ type config struct {
 	level    slog.Level
 	memory   bool // long-term memory (persona.Options.Memory)
 	agent    bool // the agent tool loop (persona.Options.Agent)
+	// media is persona.Options.Media; mediaDesc says what it does.
+	media     persona.MediaOptions
+	mediaDesc string
 }
 
 func (c config) mode() telegram.Mode {
@@ -105,6 +109,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 	cfg.soul, cfg.soulFrom, cfg.dataDir = common.Soul, common.SoulFrom, common.DataDir
 	cfg.owners, cfg.aliases, cfg.level = common.Owners, common.Aliases, common.Level
 	cfg.memory, cfg.agent = common.Memory, common.Agent
+	cfg.media, cfg.mediaDesc = common.Media, common.MediaDesc
 	return cfg, errors.Join(errs...)
 }
 

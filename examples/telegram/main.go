@@ -33,8 +33,14 @@
 //     prompt, summaries, fact extraction after replies); on by default.
 //   - PERSONA_AGENT: the agent tool loop instead of one model call per
 //     reply; off by default.
+//   - PERSONA_MODEL_VISION: the model takes pictures (off by default: then
+//     photos reach it as "[image]").
+//   - PERSONA_MEDIA: photos, stickers and voice notes fetched (getFile)
+//     into the media cache in the data directory; on by default.
+//   - PERSONA_TRANSCRIBE_MODEL: a speech-to-text model on the model's
+//     server (e.g. whisper-1); unset, voice notes are not transcribed.
 //
-// PERSONA_MEMORY and PERSONA_AGENT take 1/0, true/false, on/off or yes/no
+// PERSONA_MEMORY, PERSONA_AGENT, PERSONA_MODEL_VISION and PERSONA_MEDIA take 1/0, true/false, on/off or yes/no
 // (any case); any other value stops the bot at start.
 //
 // SIGINT or SIGTERM stops it gracefully: in-flight turns are released to
@@ -106,6 +112,7 @@ func run(ctx context.Context, getenv func(string) string, stdout, stderr io.Writ
 		Aliases:  cfg.aliases,
 		Memory:   cfg.memory,
 		Agent:    cfg.agent,
+		Media:    cfg.media,
 		Logger:   log.With("component", "persona"),
 	})
 	if err != nil {
@@ -131,6 +138,7 @@ func banner(w io.Writer, cfg config, modelDesc string) {
 	fmt.Fprintln(w, "  persona:  "+cfg.soulFrom)
 	fmt.Fprintln(w, "  data:     "+cfg.dataDir)
 	fmt.Fprintf(w, "  memory:   %s (%s); agent loop: %s (%s)\n", botenv.OnOff(cfg.memory), envMemory, botenv.OnOff(cfg.agent), envAgent)
+	fmt.Fprintln(w, "  media:    "+cfg.mediaDesc)
 	api := cfg.api
 	if api == telegram.DefaultAPIBase {
 		api = "the official Bot API (" + api + ")"

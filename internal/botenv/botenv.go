@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/personakit/persona"
 	"github.com/personakit/persona/agent"
 	"github.com/personakit/persona/agent/agenttest"
 	"github.com/personakit/persona/agent/openai"
@@ -29,6 +30,16 @@ const (
 	// EnvAgent turns the agent tool loop (persona.Options.Agent) on or
 	// off; default off.
 	EnvAgent = "PERSONA_AGENT"
+	// EnvVision says the model takes pictures (openai.Config.Vision);
+	// default off: pictures are then shown as placeholders.
+	EnvVision = "PERSONA_MODEL_VISION"
+	// EnvMedia turns media handling (persona.Options.Media) on or off;
+	// default on.
+	EnvMedia = "PERSONA_MEDIA"
+	// EnvTranscribeModel names the speech-to-text model on the same
+	// OpenAI-compatible server as the chat model ("whisper-1", …); unset,
+	// voice clips are not transcribed.
+	EnvTranscribeModel = "PERSONA_TRANSCRIBE_MODEL"
 )
 
 // Common is what every reference bot reads.
@@ -41,6 +52,10 @@ type Common struct {
 	Level    slog.Level
 	Memory   bool // persona.Options.Memory (PERSONA_MEMORY, default on)
 	Agent    bool // persona.Options.Agent (PERSONA_AGENT, default off)
+	// Media is persona.Options.Media (PERSONA_MEDIA, PERSONA_TRANSCRIBE_MODEL);
+	// MediaDesc describes it for the banner.
+	Media     persona.MediaOptions
+	MediaDesc string
 }
 
 // Defaults are a bot's own defaults for Load.
@@ -103,6 +118,10 @@ func Load(getenv func(string) string, d Defaults) (Common, []error) {
 	}
 	c.Memory = flag(EnvMemory, true)
 	c.Agent = flag(EnvAgent, false)
+	var err error
+	if c.Media, c.MediaDesc, err = Media(getenv); err != nil {
+		errs = append(errs, err)
+	}
 	return c, errs
 }
 
@@ -141,7 +160,15 @@ func List(s string) []string {
 // Model returns the configured model and a line describing it, or the
 // offline demo model (offline=true) when no model is configured.
 func Model(getenv func(string) string) (m agent.Model, desc string, offline bool, err error) {
+	vision := false
+	if v := strings.TrimSpace(getenv(EnvVision)); v != "" {
+		var ok bool
+		if vision, ok = Bool(v); !ok {
+			return nil, "", false, fmt.Errorf("%s=%q: want on or off (1/0, true/false, on/off, yes/no)", EnvVision, v)
+		}
+	}
 	if cfg, ok := openai.FromEnv(getenv); ok {
+		cfg.Vision = vision
 		m, err := openai.New(cfg)
 		if err != nil {
 			return nil, "", false, fmt.Errorf("model (%s, %s, %s): %w", openai.EnvBaseURL, openai.EnvAPIKey, openai.EnvModel, err)
@@ -150,7 +177,11 @@ func Model(getenv func(string) string) (m agent.Model, desc string, offline bool
 		if base == "" {
 			base = "the OpenAI API"
 		}
-		return m, fmt.Sprintf("%s at %s", cfg.Model, base), false, nil
+		desc := fmt.Sprintf("%s at %s", cfg.Model, base)
+		if vision {
+			desc += ", with vision"
+		}
+		return m, desc, false, nil
 	}
 	demo := agenttest.New()
 	demo.Otherwise(agenttest.Func(OfflineReply))
@@ -179,3 +210,35 @@ func OfflineReply(_ context.Context, req agent.Request) (*agent.Response, error)
 
 // ErrOwner is wrapped by owner-id checks that the bots pass to Load.
 var ErrOwner = errors.New("not a valid account id")
+
+// Media reads the media variables: PERSONA_MEDIA (on by default) and
+// PERSONA_TRANSCRIBE_MODEL, whose model runs on the chat model's server
+// (PERSONA_MODEL_BASE_URL and its key). desc describes the result for a
+// banner.
+func Media(getenv func(string) string) (opts persona.MediaOptions, desc string, err error) {
+	if v := strings.TrimSpace(getenv(EnvMedia)); v != "" {
+		on, ok := Bool(v)
+		if !ok {
+			return opts, "", fmt.Errorf("%s=%q: want on or off (1/0, true/false, on/off, yes/no)", EnvMedia, v)
+		}
+		if !on {
+			opts.Off = true
+			return opts, "off (" + EnvMedia + ")", nil
+		}
+	}
+	name := strings.TrimSpace(getenv(EnvTranscribeModel))
+	if name == "" {
+		return opts, "pictures on; voice not transcribed (set " + EnvTranscribeModel + ")", nil
+	}
+	cfg, ok := openai.FromEnv(getenv)
+	if !ok {
+		return opts, "", fmt.Errorf("%s needs the model server (%s and %s or %s)", EnvTranscribeModel, openai.EnvBaseURL,
+			openai.EnvAPIKey, openai.EnvOpenAIAPIKey)
+	}
+	t, err := openai.NewTranscriber(openai.TranscriberConfig{BaseURL: cfg.BaseURL, APIKey: cfg.APIKey, Model: name})
+	if err != nil {
+		return opts, "", fmt.Errorf("%s: %w", EnvTranscribeModel, err)
+	}
+	opts.Transcriber = t
+	return opts, "pictures on; voice transcribed by " + name, nil
+}

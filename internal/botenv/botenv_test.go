@@ -122,3 +122,49 @@ func TestOfflineReplyMemory(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, resp.Text, `You said "I like tea"`)
 }
+
+func TestMedia(t *testing.T) {
+	t.Parallel()
+	env := func(kv ...string) func(string) string {
+		m := map[string]string{}
+		for i := 0; i+1 < len(kv); i += 2 {
+			m[kv[i]] = kv[i+1]
+		}
+		return func(k string) string { return m[k] }
+	}
+	opts, desc, err := botenv.Media(env())
+	require.NoError(t, err)
+	require.False(t, opts.Off)
+	require.Nil(t, opts.Transcriber)
+	require.Contains(t, desc, "voice not transcribed (set PERSONA_TRANSCRIBE_MODEL)")
+
+	opts, desc, err = botenv.Media(env(botenv.EnvMedia, "off"))
+	require.NoError(t, err)
+	require.True(t, opts.Off)
+	require.Contains(t, desc, "off")
+
+	_, _, err = botenv.Media(env(botenv.EnvMedia, "maybe"))
+	require.ErrorContains(t, err, `PERSONA_MEDIA="maybe"`)
+
+	_, _, err = botenv.Media(env(botenv.EnvTranscribeModel, "whisper-1"))
+	require.ErrorContains(t, err, "needs the model server")
+
+	opts, desc, err = botenv.Media(env(botenv.EnvTranscribeModel, "whisper-1", "PERSONA_MODEL_BASE_URL", "http://127.0.0.1:1/v1"))
+	require.NoError(t, err)
+	require.NotNil(t, opts.Transcriber)
+	require.Contains(t, desc, "voice transcribed by whisper-1")
+}
+
+func TestModelVision(t *testing.T) {
+	t.Parallel()
+	get := func(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
+	m, desc, _, err := botenv.Model(get(map[string]string{"PERSONA_MODEL_BASE_URL": "http://127.0.0.1:1/v1", botenv.EnvVision: "on"}))
+	require.NoError(t, err)
+	require.True(t, agent.AcceptsImages(m))
+	require.Contains(t, desc, "with vision")
+	m, _, _, err = botenv.Model(get(map[string]string{"PERSONA_MODEL_BASE_URL": "http://127.0.0.1:1/v1"}))
+	require.NoError(t, err)
+	require.False(t, agent.AcceptsImages(m))
+	_, _, _, err = botenv.Model(get(map[string]string{botenv.EnvVision: "sometimes"}))
+	require.ErrorContains(t, err, "PERSONA_MODEL_VISION")
+}

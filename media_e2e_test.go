@@ -496,3 +496,50 @@ func TestMediaTelegramStickerAloneTriggersNothing(t *testing.T) {
 	require.Empty(t, model.calls(agent.PurposeChat))
 	require.Empty(t, model.calls(agent.PurposeRouter))
 }
+
+func TestMediaCannotSeeRegeneratesFromDescriptions(t *testing.T) {
+	t.Parallel()
+	model := &mediaModel{seeing: true}
+	model.reply = func(req agent.Request) string {
+		for _, m := range req.Messages {
+			if len(m.Parts) > 0 {
+				return "[[NO_IMAGE]]"
+			}
+		}
+		return "a red one, nice"
+	}
+	r := startMediaRun(t, model, nil)
+	r.fake.AddMedia("abc.image", onebottest.MediaFile{Bytes: redPNG(t, 8), Base64: true})
+	id := r.emit(false, onebot.Message{imageSeg("abc.image"), onebot.TextSegment("what colour?")})
+	o := r.await(id)
+	require.Equal(t, outcome.Replied, o.Code, o.Reason)
+	chats := model.calls(agent.PurposeChat)
+	require.Len(t, chats, 2, "generated once more, from the description")
+	require.Len(t, current(t, chats[0]).Parts, 1)
+	second := current(t, chats[1])
+	require.Empty(t, second.Parts)
+	require.Contains(t, second.Content, "[image: a small red square] what colour?")
+	sent := r.fake.Sent()
+	require.Len(t, sent, 1)
+	var text strings.Builder
+	for _, seg := range sent[0].Message {
+		text.WriteString(seg.Data["text"])
+	}
+	require.Contains(t, text.String(), "a red one, nice")
+}
+
+func TestMediaRouterReadsTheDescription(t *testing.T) {
+	t.Parallel()
+	model := &mediaModel{seeing: true}
+	r := startMediaRun(t, model, func(o *Options) { o.NoRouter = false })
+	r.fake.AddMedia("abc.image", onebottest.MediaFile{Bytes: redPNG(t, 8), Base64: true})
+	id := r.emit(true, onebot.Message{imageSeg("abc.image"), onebot.TextSegment("look at this")})
+	r.await(id)
+	routes := model.calls(agent.PurposeRouter)
+	require.NotEmpty(t, routes)
+	var all strings.Builder
+	for _, m := range routes[0].Messages {
+		all.WriteString(m.Content)
+	}
+	require.Contains(t, all.String(), "[image: a small red square]")
+}

@@ -235,9 +235,9 @@ func (p *Pipeline) classify(ctx context.Context, earlier []channel.Event, next c
 	var b strings.Builder
 	b.WriteString("Earlier message(s), whose reply is being written:\n")
 	for _, e := range earlier {
-		b.WriteString("- " + e.Text() + "\n")
+		b.WriteString("- " + e.TextAndSpeech() + "\n")
 	}
-	b.WriteString("\nNewer message from the same person:\n- " + next.Text() + "\n")
+	b.WriteString("\nNewer message from the same person:\n- " + next.TextAndSpeech() + "\n")
 	req := agent.Request{Purpose: agent.PurposeClassify, JSON: true, Messages: []agent.Message{
 		{Role: agent.RoleSystem, Content: "Someone sent a chat message and, before the reply was ready, another one. " +
 			"Classify the newer message: repeat (says the same again), supplement (adds to the earlier one), " +

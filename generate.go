@@ -269,7 +269,7 @@ func (p *Pipeline) generate(ctx context.Context, l inbound.Lease, t *gate.Turn, 
 	if g.recaller != nil {
 		// Recall never brings back what the prompt's history already
 		// shows.
-		q := memory.Query{SessionKey: l.SessionKey, UserID: ev.Sender.ID, Text: ev.Text()}
+		q := memory.Query{SessionKey: l.SessionKey, UserID: ev.Sender.ID, Text: ev.TextAndSpeech()}
 		q.ExcludeHistory(append(window, memory.Entry{Key: l.ID, SessionKey: l.SessionKey, Direction: memory.In, Event: ev}))
 		rc, err := g.recaller.Recall(ctx, q)
 		if err != nil {
@@ -281,7 +281,7 @@ func (p *Pipeline) generate(ctx context.Context, l inbound.Lease, t *gate.Turn, 
 	gctx, cancel := context.WithTimeout(agent.WithAliaser(agent.WithScope(ctx, sc), al), p.opt.RequestTimeout)
 	defer cancel()
 	rec.Timings.GenerationStart = p.clk.Now()
-	tr := &turnRun{session: l.SessionKey, group: ev.Chat.Kind == channel.Group, message: ev.Text(),
+	tr := &turnRun{session: l.SessionKey, group: ev.Chat.Kind == channel.Group, message: ev.TextAndSpeech(),
 		say: p.sayFunc(l, al, turn), deadline: p.clk.Now().Add(p.opt.RequestTimeout - time.Second)}
 	gctx = context.WithValue(gctx, turnRunKey{}, tr)
 	var res *agent.Result

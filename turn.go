@@ -540,7 +540,7 @@ func (p *Pipeline) proposal(l inbound.Lease, t *gate.Turn, st *chanState, text s
 	prop.Transcript = make([]outbound.Line, 0, len(hist))
 	for _, e := range hist {
 		fromBot := e.Direction == memory.Out
-		prop.Transcript = append(prop.Transcript, outbound.Line{Speaker: speaker(&e.Event), Text: e.Event.Text(), FromBot: fromBot})
+		prop.Transcript = append(prop.Transcript, outbound.Line{Speaker: speaker(&e.Event), Text: e.Event.TextAndSpeech(), FromBot: fromBot})
 		if fromBot {
 			prop.Recent = append(prop.Recent, outbound.BotReply{Text: e.Event.Text(), At: e.Event.Time})
 		}

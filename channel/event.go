@@ -233,6 +233,27 @@ func (e *Event) Text() string {
 	return b.String()
 }
 
+// TextAndSpeech returns what the sender said: the text segments and the
+// transcripts of voice clips (once the pipeline made them), in order,
+// separated by a space where a transcript meets text. It is the text that
+// memory, search and the direct-trigger names read.
+func (e *Event) TextAndSpeech() string {
+	var b strings.Builder
+	for _, s := range e.Segments {
+		switch {
+		case s.Type == SegText:
+			b.WriteString(s.Text)
+		case s.Type == SegVoice && s.Media != nil && strings.TrimSpace(s.Media.Transcript) != "":
+			if b.Len() > 0 {
+				b.WriteByte(' ')
+			}
+			b.WriteString(strings.TrimSpace(s.Media.Transcript))
+			b.WriteByte(' ')
+		}
+	}
+	return strings.TrimRight(b.String(), " ")
+}
+
 // Has reports whether the event has at least one segment of type t.
 func (e *Event) Has(t SegmentType) bool {
 	for _, s := range e.Segments {

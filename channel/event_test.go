@@ -245,3 +245,27 @@ func TestEventCloneIsDeep(t *testing.T) {
 	require.Equal(t, channel.NoticePoke, ev.Notice.Type)
 	require.JSONEq(t, `{"a":1}`, string(ev.Raw))
 }
+
+func TestEventTextAndSpeech(t *testing.T) {
+	t.Parallel()
+	voice := func(tr string) channel.Segment {
+		return channel.Segment{Type: channel.SegVoice, Media: &channel.Media{FileID: "v", Transcript: tr}}
+	}
+	tests := []struct {
+		name string
+		segs []channel.Segment
+		want string
+	}{
+		{name: "text only", segs: []channel.Segment{channel.Text("hi "), channel.Text("there")}, want: "hi there"},
+		{name: "voice only", segs: []channel.Segment{voice(" see you at eight ")}, want: "see you at eight"},
+		{name: "not transcribed", segs: []channel.Segment{voice("")}, want: ""},
+		{name: "no speech", segs: []channel.Segment{voice(" ")}, want: ""},
+		{name: "text then voice", segs: []channel.Segment{channel.Text("listen:"), voice("hello")}, want: "listen: hello"},
+		{name: "voice then text", segs: []channel.Segment{voice("hello"), channel.Text("(that was me)")}, want: "hello (that was me)"},
+		{name: "voice without media", segs: []channel.Segment{{Type: channel.SegVoice}}, want: ""},
+	}
+	for _, tt := range tests {
+		ev := channel.Event{Segments: tt.segs}
+		require.Equal(t, tt.want, ev.TextAndSpeech(), tt.name)
+	}
+}

@@ -157,7 +157,7 @@ func Eligible(e *Entry) bool {
 	if ev.Kind != "" && ev.Kind != channel.KindMessage || ev.Sender.IsBot {
 		return false
 	}
-	text := urlRE.ReplaceAllString(ev.Text(), " ")
+	text := urlRE.ReplaceAllString(ev.TextAndSpeech(), " ")
 	n := 0
 	for _, r := range text {
 		if unicode.IsLetter(r) || unicode.IsDigit(r) {

@@ -206,6 +206,13 @@ func ownTextRuns(ev *channel.Event) []string {
 		first, n = "", 0
 	}
 	for _, s := range ev.Segments {
+		if s.Type == channel.SegVoice && s.Media != nil && strings.TrimSpace(s.Media.Transcript) != "" {
+			// What a voice clip said counts as written ("Mira, …" said
+			// aloud calls the bot too).
+			flush()
+			runs = append(runs, strings.ToLower(s.Media.Transcript))
+			continue
+		}
 		if s.Type != channel.SegText {
 			flush()
 			continue

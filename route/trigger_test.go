@@ -49,6 +49,14 @@ func TestClassifyDefaultTriggers(t *testing.T) {
 		{name: "ToMe alone is not a mention", ev: func() *channel.Event { e := txt("hi"); e.ToMe = true; return e }(), want: ""},
 		{name: "mention text is not a mention", ev: txt("@" + botID + " hi"), want: ""},
 
+		// voice
+		{name: "a voice clip saying the name", ev: groupMsg(channel.Segment{Type: channel.SegVoice,
+			Media: &channel.Media{Transcript: "Mira, what time is it"}}), id: mira, want: route.TriggerAlias},
+		{name: "a voice clip not yet transcribed", ev: groupMsg(channel.Segment{Type: channel.SegVoice,
+			Media: &channel.Media{FileID: "v"}}), id: mira, want: ""},
+		{name: "a transcript does not join the text", ev: groupMsg(channel.Text("Mi"), channel.Segment{Type: channel.SegVoice,
+			Media: &channel.Media{Transcript: "ra"}}), id: mira, want: ""},
+
 		// quote
 		{
 			name: "quote of a message flagged from the bot",

@@ -74,7 +74,7 @@ func encodeEventRow(id, session string, ev *channel.Event, dir memory.Direction,
 	return eventRow{
 		id: id, session: session, platform: ev.Platform, botID: ev.BotID,
 		chatKind: string(ev.Chat.Kind), chatID: ev.Chat.ID, messageID: ev.MessageID, seq: ev.Seq,
-		senderID: ev.Sender.ID, senderName: ev.Sender.Name, eventTime: et, text: ev.Text(),
+		senderID: ev.Sender.ID, senderName: ev.Sender.Name, eventTime: et, text: ev.TextAndSpeech(),
 		payload: payload, direction: dir, recalledAt: nullMs(recalled), searchSID: searchSID(session),
 	}, nil
 }

@@ -29,7 +29,7 @@ import (
 // searchTokens is the indexed form of a history row: the message text and
 // the sender's name. Notices are not indexed.
 func searchTokens(ev *channel.Event, dir memory.Direction) string {
-	return rowTokens(ev.Text(), ev.Sender.Name, string(dir))
+	return rowTokens(ev.TextAndSpeech(), ev.Sender.Name, string(dir))
 }
 
 // rowTokens is searchTokens from the message_events columns.

@@ -20,7 +20,10 @@ import (
 // whose time is within that window of it, and that has no media of its
 // own, takes the media in: the text's turn answers with the pictures or
 // the voice clip attached, and the media message, when its own turn comes,
-// ends as superseded_media_turn pointing at the text.
+// ends as superseded_media_turn pointing at the text. An album (media
+// with one channel.Media.Album id, one message per picture, the caption on
+// one) is answered once: the captioned message waits albumWait and then
+// takes in the album's other pictures.
 //
 // The pipeline is the only process on its store (the store's lock), so
 // which media messages are waiting is known in memory: HandleEvent notes
@@ -39,6 +42,9 @@ const (
 	// mediaFlagTTL is how long those flags are kept: far longer than any
 	// turn's retries take.
 	mediaFlagTTL = 24 * time.Hour
+	// albumWait delays the captioned message of an album, so that the
+	// album's other pictures (sent at the same moment) are queued first.
+	albumWait = 2 * time.Second
 )
 
 // heldMedia is a queued media-only message that may still be taken in.
@@ -73,7 +79,6 @@ func (h *mediaHold) note(it *inbound.Item, now time.Time) {
 	defer h.mu.Unlock()
 	h.prune(now)
 	ev := it.Event.Clone()
-	ev.Raw = nil
 	h.waiting[k] = append(h.waiting[k], heldMedia{ID: it.ID, At: ev.Time, Event: ev})
 }
 
@@ -112,38 +117,47 @@ func mediaSegments(segs []channel.Segment) []channel.Segment {
 	return out
 }
 
-// take picks the waiting media of the text item (id, time at) for it:
-// the nearest within the window, and every other within mediaSlack of that
+// take picks the waiting media of the text item (id, time at) for it.
+// With an album id, every waiting message of that album; otherwise the
+// nearest within the window, and every other within mediaSlack of that
 // one, oldest first. Items whose own turn has started are left alone.
-func (h *mediaHold) take(session, sender, id string, at time.Time) []heldMedia {
+func (h *mediaHold) take(session, sender, id string, at time.Time, album string) []heldMedia {
 	k := holdKey(session, sender)
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	list := h.waiting[k]
-	nearest := -1
-	var best time.Duration
-	for i, m := range list {
-		d := absDur(m.At.Sub(at))
-		if d > inbound.MediaMergeWindow || h.running[m.ID] || h.absorbed[m.ID] != "" {
-			continue
+	free := func(m *heldMedia) bool { return !h.running[m.ID] && h.absorbed[m.ID] == "" }
+	var pick func(m *heldMedia) bool
+	if album != "" {
+		pick = func(m *heldMedia) bool { return free(m) && albumOf(m.Event.Segments) == album }
+	} else {
+		nearest := -1
+		var best time.Duration
+		for i := range list {
+			d := absDur(list[i].At.Sub(at))
+			if d > inbound.MediaMergeWindow || !free(&list[i]) {
+				continue
+			}
+			if nearest < 0 || d < best {
+				nearest, best = i, d
+			}
 		}
-		if nearest < 0 || d < best {
-			nearest, best = i, d
+		if nearest < 0 {
+			return nil
 		}
-	}
-	if nearest < 0 {
-		return nil
+		anchor := list[nearest].At
+		pick = func(m *heldMedia) bool {
+			return free(m) && absDur(m.At.Sub(anchor)) <= mediaSlack && absDur(m.At.Sub(at)) <= inbound.MediaMergeWindow
+		}
 	}
 	var got []heldMedia
 	rest := list[:0:0]
-	for _, m := range list {
-		ok := absDur(m.At.Sub(list[nearest].At)) <= mediaSlack && absDur(m.At.Sub(at)) <= inbound.MediaMergeWindow &&
-			!h.running[m.ID] && h.absorbed[m.ID] == ""
-		if ok {
-			got = append(got, m)
-			h.absorbed[m.ID] = id
+	for i := range list {
+		if pick(&list[i]) {
+			got = append(got, list[i])
+			h.absorbed[list[i].ID] = id
 		} else {
-			rest = append(rest, m)
+			rest = append(rest, list[i])
 		}
 	}
 	if len(rest) == 0 {
@@ -152,6 +166,16 @@ func (h *mediaHold) take(session, sender, id string, at time.Time) []heldMedia {
 		h.waiting[k] = rest
 	}
 	return got
+}
+
+// albumOf returns the album id of the first medium of segs that has one.
+func albumOf(segs []channel.Segment) string {
+	for _, s := range segs {
+		if s.Media != nil && s.Media.Album != "" {
+			return s.Media.Album
+		}
+	}
+	return ""
 }
 
 // start marks the media item's own turn as started, unless a text took it
@@ -214,8 +238,15 @@ func (p *Pipeline) assemble(ctx context.Context, l *inbound.Lease) (act action, 
 		}
 		return action{}, false, nil
 	}
-	if ev.Text() == "" || len(mediaSegments(ev.Segments)) > 0 {
+	if ev.Text() == "" {
 		return action{}, false, nil
+	}
+	// A text with media of its own takes only the rest of its album.
+	album := ""
+	if len(mediaSegments(ev.Segments)) > 0 {
+		if album = albumOf(ev.Segments); album == "" {
+			return action{}, false, nil
+		}
 	}
 	var ms []heldMedia
 	if l.Claims > 1 {
@@ -230,7 +261,7 @@ func (p *Pipeline) assemble(ctx context.Context, l *inbound.Lease) (act action, 
 		}
 	}
 	if ms == nil {
-		ms = p.hold.take(l.SessionKey, ev.Sender.ID, l.ID, ev.Time)
+		ms = p.hold.take(l.SessionKey, ev.Sender.ID, l.ID, ev.Time, album)
 		if len(ms) == 0 {
 			return action{}, false, nil
 		}

@@ -89,11 +89,14 @@ func (p *Pipeline) handleDurably(actx context.Context, ev channel.Event, history
 		return nil
 	}
 	it.Priority = priority(&ev, route.Classify(&ev, p.identity, p.opt.Triggers) != "")
-	if ev.MediaOnly() {
+	switch {
+	case ev.MediaOnly():
 		it.AvailableAt = ev.Time.Add(inbound.MediaMergeWindow)
-		if now := p.clk.Now(); it.AvailableAt.Before(now) {
-			it.AvailableAt = now
-		}
+	case albumOf(ev.Segments) != "":
+		it.AvailableAt = ev.Time.Add(albumWait)
+	}
+	if now := p.clk.Now(); !it.AvailableAt.IsZero() && it.AvailableAt.Before(now) {
+		it.AvailableAt = now
 	}
 	enqueued, err := p.opt.Queue.Enqueue(actx, it)
 	if err != nil {

@@ -543,3 +543,29 @@ func TestMediaRouterReadsTheDescription(t *testing.T) {
 	}
 	require.Contains(t, all.String(), "[image: a small red square]")
 }
+
+func TestMediaTelegramAlbumIsAnsweredOnce(t *testing.T) {
+	t.Parallel()
+	model := &mediaModel{seeing: true}
+	r := startTelegramMediaRun(t, model, nil)
+	photo := func(id string) []telegramtest.PhotoSize {
+		r.tg.AddFile(id, redPNG(t, 8+len(id)))
+		return []telegramtest.PhotoSize{{FileID: id, FileUniqueID: "u-" + id, Width: 100, Height: 100}}
+	}
+	first := r.push(false, telegramtest.Incoming{Photo: photo("a1"), Caption: "our trip!", MediaGroupID: "album-7"})
+	second := r.push(false, telegramtest.Incoming{Photo: photo("a22"), MediaGroupID: "album-7"})
+	third := r.push(false, telegramtest.Incoming{Photo: photo("a333"), MediaGroupID: "album-7"})
+	o := r.await(first)
+	require.Equal(t, outcome.Replied, o.Code, o.Reason)
+	for _, id := range []string{second, third} {
+		po := r.await(id)
+		require.Equal(t, outcome.SupersededMediaTurn, po.Code, po.Reason)
+		require.Equal(t, first, po.MergedInto)
+	}
+	chats := model.calls(agent.PurposeChat)
+	require.Len(t, chats, 1, "one answer for the album")
+	cur := current(t, chats[0])
+	require.Len(t, cur.Parts, 3)
+	require.Contains(t, cur.Content, "our trip!")
+	require.Len(t, r.tg.Sent(), 1)
+}

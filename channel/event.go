@@ -129,8 +129,13 @@ type Media struct {
 	// it as text instead of sending the picture again.
 	Description string `json:"description,omitempty"`
 	// Transcript is the text of a voice clip (speech to text), filled in
-	// by the pipeline before the gates run.
+	// by the pipeline before the gates run; a single space when the clip
+	// held no speech.
 	Transcript string `json:"transcript,omitempty"`
+	// Album groups media the sender sent together as one album (Telegram's
+	// media_group_id): each arrives as its own message, and the pipeline
+	// answers the album once, with the caption.
+	Album string `json:"album,omitempty"`
 }
 
 // Segment is one ordered part of a message. Which fields are set depends on

@@ -160,6 +160,7 @@ func appendSegmentJSON(dst []byte, s *channel.Segment) []byte {
 		}
 		dst = appendOptString(dst, `,"description":`, m.Description)
 		dst = appendOptString(dst, `,"transcript":`, m.Transcript)
+		dst = appendOptString(dst, `,"album":`, m.Album)
 		if len(dst) > n {
 			// Drop the comma the first field put after "{".
 			dst = append(dst[:n], dst[n+1:]...)

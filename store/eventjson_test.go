@@ -71,7 +71,7 @@ func randomSegments(r *rand.Rand) []channel.Segment {
 			URL: pick(r), FaceID: pick(r)}
 		if r.IntN(2) == 0 {
 			s.Media = &channel.Media{URL: pick(r), FileID: pick(r), Name: pick(r), MIME: pick(r),
-				Size: int64(r.IntN(3)) * 1000, SHA256: pick(r), Duration: r.IntN(3) * 7, Description: pick(r), Transcript: pick(r)}
+				Size: int64(r.IntN(3)) * 1000, SHA256: pick(r), Duration: r.IntN(3) * 7, Description: pick(r), Transcript: pick(r), Album: pick(r)}
 		}
 		segs[i] = s
 	}
@@ -207,7 +207,7 @@ func TestEventJSONKnowsEveryField(t *testing.T) {
 		reflect.TypeFor[channel.Chat]():    {"kind", "id"},
 		reflect.TypeFor[channel.Sender]():  {"id", "name", "role", "level", "level_known", "is_bot"},
 		reflect.TypeFor[channel.Segment](): {"type", "text", "user_id", "message_id", "media", "url", "face_id"},
-		reflect.TypeFor[channel.Media]():   {"url", "file_id", "name", "mime", "size", "sha256", "duration", "description", "transcript"},
+		reflect.TypeFor[channel.Media]():   {"url", "file_id", "name", "mime", "size", "sha256", "duration", "description", "transcript", "album"},
 		reflect.TypeFor[channel.Quoted]():  {"message_id", "sender", "text", "segments", "from_bot"},
 		reflect.TypeFor[channel.Notice]():  {"type", "operator", "user_id", "target_message_id"},
 		reflect.TypeFor[inbound.Tokens]():  {"purpose", "model", "input", "cached_input", "output"},

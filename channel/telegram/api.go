@@ -297,6 +297,7 @@ type tgMessage struct {
 	Animation         *tgFile         `json:"animation"`
 	Sticker           *tgFile         `json:"sticker"`
 	NewChatMembers    []tgUser        `json:"new_chat_members"`
+	MediaGroupID      string          `json:"media_group_id"`
 }
 
 type tgUpdate struct {

@@ -298,6 +298,7 @@ func usersOf(m *tgMessage) []tgUser {
 func (b botInfo) content(m *tgMessage) ([]channel.Segment, bool) {
 	var segs []channel.Segment
 	add := func(t channel.SegmentType, md channel.Media) {
+		md.Album = m.MediaGroupID
 		segs = append(segs, channel.Segment{Type: t, Media: &md})
 	}
 	if p, ok := largestPhoto(m.Photo); ok {

@@ -85,6 +85,9 @@ type Incoming struct {
 	Sticker         *Sticker
 	Caption         string
 	CaptionEntities []MessageEntity
+	// MediaGroupID puts the message in an album (media_group_id): an
+	// album is one message per picture, the caption on one of them.
+	MediaGroupID string
 	// Date is the send time (zero = the clock's now).
 	Date time.Time
 }
@@ -150,7 +153,7 @@ func (s *Server) pushLocked(in Incoming) (Message, error) {
 		From: &from, Chat: cs.chat, Date: s.dateOf(in.Date),
 		Text: text, Entities: ents, Caption: caption, CaptionEntities: capEnts,
 		Photo: slices.Clone(in.Photo), Voice: in.Voice, Document: in.Document,
-		Audio: in.Audio, Video: in.Video, VideoNote: in.VideoNote, Animation: in.Animation,
+		Audio: in.Audio, Video: in.Video, VideoNote: in.VideoNote, Animation: in.Animation, MediaGroupID: in.MediaGroupID,
 	}
 	if in.Sticker != nil {
 		st := *in.Sticker

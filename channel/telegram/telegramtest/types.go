@@ -116,6 +116,7 @@ type Message struct {
 	Animation       *File           `json:"animation,omitempty"`
 	Sticker         *Sticker        `json:"sticker,omitempty"`
 	NewChatMembers  []User          `json:"new_chat_members,omitempty"`
+	MediaGroupID    string          `json:"media_group_id,omitempty"`
 }
 
 // Update is one incoming update. The fake produces message and

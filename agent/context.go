@@ -778,6 +778,10 @@ func (b *ContextBuilder) trim(blocks []Block, asm *Assembled, fix func() bool) {
 		}
 		total += blockTokens(bl)
 	}
+	if total > b.budget.Input {
+		// Pictures first cost less (low detail) before anything goes.
+		total = b.lowerDetail(blocks, total)
+	}
 	var order []int
 	for {
 		if total > b.budget.Input {
@@ -835,6 +839,33 @@ func (b *ContextBuilder) trim(blocks []Block, asm *Assembled, fix func() bool) {
 		}
 	}
 	asm.Tokens = total
+}
+
+// lowerDetail asks for every picture in low detail and returns the new
+// total. The parts are copied: the caller's slices are not changed.
+func (b *ContextBuilder) lowerDetail(blocks []Block, total int) int {
+	for i := range blocks {
+		units := blocks[i].Units
+		for j := range units {
+			u := &units[j]
+			high := false
+			for _, p := range u.Parts {
+				high = high || p.Detail != "low"
+			}
+			if !high {
+				continue
+			}
+			parts := slices.Clone(u.Parts)
+			for k := range parts {
+				parts[k].Detail = "low"
+			}
+			before := blockTokens(&blocks[i])
+			u.Parts, u.Tokens = parts, 0
+			u.Tokens = b.unitTokens(u)
+			total += blockTokens(&blocks[i]) - before
+		}
+	}
+	return total
 }
 
 // render turns blocks into messages, places the breakpoint and hashes the

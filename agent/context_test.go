@@ -332,3 +332,33 @@ func TestChatMessageFromEvent(t *testing.T) {
 	last = asm.Messages[len(asm.Messages)-1].Content
 	require.Equal(t, "[current] ["+al.Message("m1")+"] Ann ("+al.User("42")+") replying to "+al.Message("m0")+": hey @"+al.User("43")+" look[image]", last)
 }
+
+// TestPicturesLowerDetailBeforeHistoryGoes: over the budget, pictures are
+// asked for in low detail first; history is dropped only if that is not
+// enough. The caller's parts are not changed.
+func TestPicturesLowerDetailBeforeHistoryGoes(t *testing.T) {
+	t.Parallel()
+	long := strings.Repeat("x", 300) // 100 tokens
+	hist := []agent.ChatMessage{user("1", "u1", long, 0), bot("2", long, time.Minute)}
+	parts := []agent.Part{{ImageURL: "data:image/png;base64,AAAA", Detail: "auto"}, {ImageURL: "data:image/png;base64,BBBB", Detail: "auto"}}
+	cur := user("3", "u1", "look", 2*time.Minute)
+	cur.Parts = parts
+	in := agent.ContextInput{Persona: "p", History: hist, Current: cur}
+	// Two high-detail pictures (2 × 765) do not fit 1,000 tokens with the
+	// history; two low-detail ones (2 × 85) do.
+	b := agent.NewContextBuilder(agent.ContextConfig{ContextWindow: 2_000, MaxOutput: 872})
+	require.Equal(t, 1_000, b.Budget().Input)
+	asm := b.Build(in)
+	require.LessOrEqual(t, asm.Tokens, 1_000)
+	require.Equal(t, 1, asm.HistoryTurns, "the history stayed")
+	last := asm.Messages[len(asm.Messages)-1]
+	require.Len(t, last.Parts, 2)
+	for _, p := range last.Parts {
+		require.Equal(t, "low", p.Detail)
+	}
+	require.Equal(t, "auto", parts[0].Detail, "the caller's parts are untouched")
+
+	// Within the budget, the detail stays as asked.
+	asm = agent.NewContextBuilder(agent.ContextConfig{}).Build(in)
+	require.Equal(t, "auto", asm.Messages[len(asm.Messages)-1].Parts[0].Detail)
+}

@@ -29,6 +29,15 @@
 // [Pipeline.HandleEvent] is the single entry for events; channels call it
 // through the Sink they are given.
 //
+// # Media
+//
+// Pictures, stickers and voice (Options.Media, see [MediaOptions]) are
+// fetched through the adapters (channel.MediaFetcher) or a public-address
+// guard, cached once by content, described by the vision model and
+// transcribed before the gates; a picture and its caption are one turn.
+// The package media does the work; the pipeline stores what it learnt with
+// each message.
+//
 // # Durability
 //
 // HandleEvent returns only after the message is in the SQLite queue (or,

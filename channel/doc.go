@@ -23,7 +23,16 @@
 // the context ends) and Send. Optional capabilities are separate interfaces
 // detected by type assertion, like database/sql/driver: [HistoryFetcher],
 // [ChatLister], [Typer], [Recaller], [ForwardSender], [MemberLookup],
-// [TextLimiter] and [AccountRisk].
+// [TextLimiter], [AccountRisk] and [MediaFetcher]. [As] finds them through
+// wrappers ([Wrapper]).
+//
+// Media: image, sticker, voice, video and file segments carry a [Media]
+// reference (a URL or a platform file id). A [MediaFetcher] turns one into
+// content on a worker: the bytes from the platform's own API, or a link the
+// caller fetches through its public-address guard (an adapter never fetches
+// an address a message handed it). The pipeline fills in Media.Transcript
+// and Media.Description and stores them with the message;
+// [Event.TextAndSpeech] reads the transcripts with the text.
 //
 // Ack discipline: Sink.HandleEvent returns only after the event is durable.
 // A webhook answers the platform, and a polling cursor advances, only after it

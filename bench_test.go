@@ -7,6 +7,7 @@ import (
 	"image"
 	"image/png"
 	"io"
+	"math/rand/v2"
 	"log/slog"
 	"path/filepath"
 	"slices"
@@ -175,30 +176,30 @@ func BenchmarkPipelineIgnoredLatency(b *testing.B) {
 }
 
 // BenchmarkPipelineImageLatency: private messages at 100/s from 16 chats,
-// answered by a model that takes pictures, without and with a picture.
+// answered by a model that takes pictures, without a picture, with a small
+// one (a one-colour 64×64 PNG, 0.2 KiB) and with a photo-sized one (256×256
+// of noise, 256 KiB).
 // Each chat sends the same picture, so all but its first message find it
 // in the media cache: the difference is what a cached picture adds to a
 // turn (the cache lookups, reading the bytes, a data URL in the request,
 // the description from the cache and storing it with the message).
 func BenchmarkPipelineImageLatency(b *testing.B) {
-	pic := benchPNG(b)
-	for _, withPic := range []bool{false, true} {
-		name := "text-only"
-		if withPic {
-			name = "cached-image"
-		}
-		b.Run(name, func(b *testing.B) {
+	for _, c := range []struct {
+		name string
+		pic  []byte
+	}{{"text-only", nil}, {"cached-image-small", benchPNG(b, 64, false)}, {"cached-image-photo", benchPNG(b, 256, true)}} {
+		b.Run(c.name, func(b *testing.B) {
 			benchPipelineAt(b, 100, 1, func(i int) (channel.Chat, channel.Sender, []chantest.SayOption) {
 				u := fmt.Sprintf("u%d", i%16)
 				var opts []chantest.SayOption
-				if withPic {
+				if c.pic != nil {
 					opts = append(opts, func(ev *channel.Event) {
 						ev.Segments = append(ev.Segments, channel.Image(channel.Media{FileID: "cat.png"}))
 					})
 				}
 				return channel.Chat{Kind: channel.Private, ID: u}, channel.Sender{ID: u, Name: "User " + u}, opts
 			}, func(o *persona.Options) {
-				o.Channels = []channel.Channel{fetching{Channel: o.Channels[0], data: pic}}
+				o.Channels = []channel.Channel{fetching{Channel: o.Channels[0], data: c.pic}}
 				o.Model = seeing{o.Model}
 			})
 		})
@@ -222,9 +223,16 @@ type seeing struct{ agent.Model }
 
 func (seeing) AcceptsImages() bool { return true }
 
-// benchPNG is a 64×64 PNG (about 200 bytes).
-func benchPNG(b *testing.B) []byte {
-	img := image.NewRGBA(image.Rect(0, 0, 64, 64))
+// benchPNG is a side×side PNG: one colour (a few hundred bytes), or noise
+// (about 4 bytes a pixel, the size of a photo of that many pixels).
+func benchPNG(b *testing.B, side int, noise bool) []byte {
+	img := image.NewRGBA(image.Rect(0, 0, side, side))
+	if noise {
+		r := rand.New(rand.NewPCG(1, 2))
+		for i := range img.Pix {
+			img.Pix[i] = byte(r.Uint32())
+		}
+	}
 	var buf bytes.Buffer
 	if err := png.Encode(&buf, img); err != nil {
 		b.Fatal(err)

@@ -52,21 +52,16 @@ package main
 import (
 	"context"
 	_ "embed"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
 
-	"github.com/personakit/persona"
-	"github.com/personakit/persona/agent"
-	"github.com/personakit/persona/channel"
 	"github.com/personakit/persona/channel/onebot"
-	"github.com/personakit/persona/internal/botenv"
+	"github.com/personakit/persona/internal/botrun"
 )
 
 //go:embed SOUL.md
@@ -84,20 +79,33 @@ func main() {
 // run is main without the process globals, so the bot is testable: it
 // serves until ctx ends (then returns nil) or fails.
 func run(ctx context.Context, getenv func(string) string, stdout, stderr io.Writer) error {
-	cfg, cerr := loadConfig(getenv)
-	model, modelDesc, merr := pickModel(getenv)
-	if err := errors.Join(cerr, merr); err != nil {
-		return fmt.Errorf("invalid configuration:\n  %s", strings.ReplaceAll(err.Error(), "\n", "\n  "))
-	}
-	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: cfg.level}))
+	return botrun.Run(ctx, getenv, stdout, stderr, platform())
+}
 
+// platform is the OneBot part of the shared runner.
+func platform() botrun.Platform {
+	return botrun.Platform{Title: "persona OneBot v11 bot", DataDir: defaultDataDir, Soul: defaultSoul,
+		SoulName: "built-in SOUL.md (Mira)", Owner: checkOwner, Setup: setup}
+}
+
+// setup reads the OneBot variables and builds the adapter (listening first
+// in reverse-ws and http mode).
+func setup(env *botrun.Env, s *botrun.Start) (*botrun.Setup, error) {
+	cfg := readConfig(env)
+	if !env.OK() {
+		return nil, nil
+	}
 	var ln net.Listener
 	if cfg.listen != "" {
 		var err error
 		if ln, err = net.Listen("tcp", cfg.listen); err != nil {
-			return fmt.Errorf("%s=%s: %w", envAddr, cfg.listen, err)
+			return nil, fmt.Errorf("%s=%s: %w", envAddr, cfg.listen, err)
 		}
-		defer func() { _ = ln.Close() }() // normally closed by the adapter already
+	}
+	closeLn := func() {
+		if ln != nil {
+			_ = ln.Close() // normally closed by the adapter already
+		}
 	}
 	ch, err := onebot.New(onebot.Config{
 		Mode:           cfg.mode,
@@ -107,62 +115,34 @@ func run(ctx context.Context, getenv func(string) string, stdout, stderr io.Writ
 		Secret:         cfg.secret,
 		HistoryDialect: cfg.dialect,
 		MediaRoot:      cfg.mediaRoot,
-		Logger:         log.With("component", "onebot"),
+		Logger:         s.Log.With("component", "onebot"),
 	})
 	if err != nil {
-		return err
+		closeLn()
+		return nil, err
 	}
-	p, err := persona.New(persona.Options{
-		Channels: []channel.Channel{ch},
-		DataDir:  cfg.dataDir,
-		Persona:  cfg.soul,
-		Model:    model,
-		Owners:   cfg.owners,
-		Aliases:  cfg.aliases,
-		Memory:   cfg.memory,
-		Agent:    cfg.agent,
-		Media:    cfg.media,
-		Logger:   log.With("component", "persona"),
-	})
-	if err != nil {
-		return err
-	}
-	defer func() { _ = p.Close() }()
-
-	banner(stdout, cfg, ln, modelDesc)
-	warnings(log, cfg)
-	log.Info("bot_starting", "mode", cfg.mode, "data", cfg.dataDir, "owners", len(cfg.owners), "memory", cfg.memory, "agent", cfg.agent)
-	err = p.Run(ctx)
-	log.Info("bot_stopped", "err", err)
-	return err
+	return &botrun.Setup{Channel: ch, Banner: []string{banner(cfg, ln)}, Warn: func(log *slog.Logger) { warnings(log, cfg) },
+		Close: closeLn}, nil
 }
 
-// banner tells the operator, on stdout, what runs and where to point the
-// OneBot implementation.
-func banner(w io.Writer, cfg config, ln net.Listener, modelDesc string) {
-	fmt.Fprintln(w, "persona OneBot v11 bot")
-	fmt.Fprintln(w, "  model:   "+modelDesc)
-	fmt.Fprintln(w, "  persona: "+cfg.soulFrom)
-	fmt.Fprintln(w, "  data:    "+cfg.dataDir)
-	fmt.Fprintf(w, "  memory:  %s (%s); agent loop: %s (%s)\n", botenv.OnOff(cfg.memory), envMemory, botenv.OnOff(cfg.agent), envAgent)
-	fmt.Fprintln(w, "  media:   "+cfg.mediaDesc)
+// banner tells the operator where to point the OneBot implementation.
+func banner(cfg config, ln net.Listener) string {
 	token := "no access token (set " + envToken + ")"
 	if cfg.token != "" {
 		token = "the access token from " + envToken
 	}
 	switch cfg.mode {
 	case onebot.ModeReverseWS:
-		fmt.Fprintf(w, "  onebot:  reverse WebSocket: point the implementation's WebSocket client at %s with %s\n", hostURL("ws", ln.Addr()), token)
+		return fmt.Sprintf("  onebot:   reverse WebSocket: point the implementation's WebSocket client at %s with %s", botrun.HostURL("ws", ln.Addr()), token)
 	case onebot.ModeForwardWS:
-		fmt.Fprintf(w, "  onebot:  forward WebSocket: dialling %s with %s\n", cfg.url, token)
-	case onebot.ModeHTTP:
-		sig := "unsigned (set " + envSecret + ")"
-		if cfg.secret != "" {
-			sig = "signed with " + envSecret
-		}
-		fmt.Fprintf(w, "  onebot:  HTTP: calling the API at %s with %s; point the implementation's HTTP POST at %s (%s)\n",
-			cfg.url, token, hostURL("http", ln.Addr()), sig)
+		return fmt.Sprintf("  onebot:   forward WebSocket: dialling %s with %s", cfg.url, token)
 	}
+	sig := "unsigned (set " + envSecret + ")"
+	if cfg.secret != "" {
+		sig = "signed with " + envSecret
+	}
+	return fmt.Sprintf("  onebot:   HTTP: calling the API at %s with %s; point the implementation's HTTP POST at %s (%s)",
+		cfg.url, token, botrun.HostURL("http", ln.Addr()), sig)
 }
 
 // warnings logs the risky parts of a configuration that still works.
@@ -173,27 +153,4 @@ func warnings(log *slog.Logger, cfg config) {
 	if cfg.mode == onebot.ModeHTTP && cfg.secret == "" {
 		log.Warn("unsigned_http_events", "hint", "event POSTs are not verified; set "+envSecret+" and the same secret in the implementation")
 	}
-	if len(cfg.owners) == 0 {
-		log.Info("no_owners", "hint", "set "+envOwner+" to your QQ number to get owner rights")
-	}
-}
-
-// hostURL is the URL the implementation reaches a listener at; an
-// unspecified listen address (":8080", "0.0.0.0:8080") is shown as
-// <this-host>.
-func hostURL(scheme string, a net.Addr) string {
-	host, port, err := net.SplitHostPort(a.String())
-	if err != nil {
-		return scheme + "://" + a.String() + "/"
-	}
-	if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
-		host = "<this-host>"
-	}
-	return scheme + "://" + net.JoinHostPort(host, port) + "/"
-}
-
-// pickModel returns the configured model, or the offline demo model.
-func pickModel(getenv func(string) string) (agent.Model, string, error) {
-	m, desc, _, err := botenv.Model(getenv)
-	return m, desc, err
 }

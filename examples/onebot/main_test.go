@@ -18,6 +18,7 @@ import (
 	"github.com/personakit/persona/agent/openai"
 	"github.com/personakit/persona/channel/onebot"
 	"github.com/personakit/persona/channel/onebot/onebottest"
+	"github.com/personakit/persona/internal/botrun"
 	"github.com/personakit/persona/internal/logbuf"
 )
 
@@ -133,7 +134,7 @@ func TestGroupMentionEndToEnd(t *testing.T) {
 				fake.SetPostURL(u + "onebot/event")
 			}
 			waitFor(t, b.stdout, `model: +offline demo model: no model is configured`)
-			waitFor(t, b.stdout, `persona: built-in SOUL.md`)
+			waitFor(t, b.stdout, `persona: +built-in SOUL.md`)
 			waitFor(t, b.stdout, `memory: +on \(PERSONA_MEMORY\); agent loop: off \(PERSONA_AGENT\)`)
 			waitFor(t, b.stderr, `msg=state .*connected=true online=true`)
 
@@ -229,42 +230,26 @@ func TestAddrInUse(t *testing.T) {
 }
 
 // TestConfigDefaults: with nothing set, the bot is a reverse-WebSocket
-// server on 127.0.0.1:8080 with the built-in persona and ./data/onebot.
+// server on 127.0.0.1:8080 (the shared defaults are internal/botrun's).
 func TestConfigDefaults(t *testing.T) {
 	t.Parallel()
-	cfg, err := loadConfig(func(string) string { return "" })
-	require.NoError(t, err)
+	env := botrun.NewEnv(func(string) string { return "" })
+	cfg := readConfig(env)
+	require.NoError(t, env.Err())
 	require.Equal(t, onebot.ModeReverseWS, cfg.mode)
 	require.Equal(t, "127.0.0.1:8080", cfg.listen)
-	require.Equal(t, filepath.FromSlash("data/onebot"), cfg.dataDir)
-	require.Equal(t, defaultSoul, cfg.soul)
-	require.Empty(t, cfg.owners)
-	require.True(t, cfg.memory, "memory is on by default")
-	require.False(t, cfg.agent, "the agent loop is off by default")
+	require.Empty(t, cfg.mediaRoot)
 
-	env := map[string]string{envOwner: " 1000, ,2000 ", envAliases: "Mira, mi", envMode: "http", envURL: "https://qq.example:5700", envDialect: "Lagrange",
-		envMemory: "No", envAgent: "on"}
-	cfg, err = loadConfig(func(k string) string { return env[k] })
-	require.NoError(t, err)
-	require.False(t, cfg.memory)
-	require.True(t, cfg.agent)
-	require.Equal(t, []string{"1000", "2000"}, cfg.owners)
-	require.Equal(t, []string{"Mira", "mi"}, cfg.aliases)
+	vars := map[string]string{envMode: "http", envURL: "https://qq.example:5700", envDialect: "Lagrange", envMediaRoot: "/srv/napcat"}
+	env = botrun.NewEnv(func(k string) string { return vars[k] })
+	cfg = readConfig(env)
+	require.NoError(t, env.Err())
 	require.Equal(t, "127.0.0.1:8080", cfg.listen, "http mode listens for events")
 	require.Equal(t, onebot.DialectLagrange, cfg.dialect)
+	require.Equal(t, "/srv/napcat", cfg.mediaRoot)
+
+	env = botrun.NewEnv(func(k string) string { return map[string]string{envMediaRoot: "napcat/files"}[k] })
+	readConfig(env)
+	require.ErrorContains(t, env.Err(), `PERSONA_ONEBOT_MEDIA_ROOT="napcat/files": want an absolute path`)
 }
 
-// TestPickModel: the model variables select the OpenAI-compatible model;
-// without them the banner says plainly that the offline demo runs.
-func TestPickModel(t *testing.T) {
-	t.Parallel()
-	_, desc, err := pickModel(func(string) string { return "" })
-	require.NoError(t, err)
-	require.Contains(t, desc, "offline demo model")
-
-	env := map[string]string{openai.EnvBaseURL: "http://127.0.0.1:11434/v1", openai.EnvModel: "qwen3"}
-	m, desc, err := pickModel(func(k string) string { return env[k] })
-	require.NoError(t, err)
-	require.NotNil(t, m)
-	require.Equal(t, "qwen3 at http://127.0.0.1:11434/v1", desc)
-}

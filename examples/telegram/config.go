@@ -3,14 +3,13 @@ package main
 import (
 	"errors"
 	"fmt"
-	"log/slog"
 	"net/url"
 	"strconv"
 	"strings"
 
-	"github.com/personakit/persona"
 	"github.com/personakit/persona/channel/telegram"
 	"github.com/personakit/persona/internal/botenv"
+	"github.com/personakit/persona/internal/botrun"
 )
 
 // The environment variables the bot reads (besides the model variables of
@@ -33,25 +32,14 @@ const (
 // defaultDataDir holds the database and the getUpdates offset.
 const defaultDataDir = "data/telegram"
 
-// config is the bot's configuration as read from the environment.
+// config is the platform part of the configuration, as read from the
+// environment (the shared part is read by the runner, internal/botrun).
 type config struct {
 	token         string
 	api           string
 	webhookAddr   string // set: webhook mode
 	webhookSecret string
 	webhookURL    string
-
-	soul     string // SOUL.md text
-	soulFrom string // where it came from, for the banner
-	dataDir  string
-	owners   []string
-	aliases  []string
-	level    slog.Level
-	memory   bool // long-term memory (persona.Options.Memory)
-	agent    bool // the agent tool loop (persona.Options.Agent)
-	// media is persona.Options.Media; mediaDesc says what it does.
-	media     persona.MediaOptions
-	mediaDesc string
 }
 
 func (c config) mode() telegram.Mode {
@@ -61,56 +49,43 @@ func (c config) mode() telegram.Mode {
 	return telegram.ModePolling
 }
 
-// loadConfig reads and checks the environment. It reports every problem
-// at once, each naming its variable; the token never appears in an error.
-func loadConfig(getenv func(string) string) (config, error) {
-	var errs []error
-	bad := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
-	get := func(k string) string { return strings.TrimSpace(getenv(k)) }
-
+// readConfig reads and checks the Telegram variables; problems go to env,
+// and the token never appears in one.
+func readConfig(env *botrun.Env) config {
 	cfg := config{
-		token:         get(envToken),
-		api:           get(envAPI),
-		webhookAddr:   get(envWebhookAddr),
-		webhookSecret: get(envWebhookSecret),
-		webhookURL:    get(envWebhookURL),
+		token:         env.Get(envToken),
+		api:           env.Get(envAPI),
+		webhookAddr:   env.Get(envWebhookAddr),
+		webhookSecret: env.Get(envWebhookSecret),
+		webhookURL:    env.Get(envWebhookURL),
 	}
 	switch {
 	case cfg.token == "":
-		bad("%s is required: the bot token from @BotFather (123456789:AA...)", envToken)
+		env.Bad("%s is required: the bot token from @BotFather (123456789:AA...)", envToken)
 	case strings.ContainsAny(cfg.token, " \t/?#%") || !strings.Contains(cfg.token, ":"):
-		bad("%s is malformed: want <bot id>:<secret> as issued by @BotFather", envToken)
+		env.Bad("%s is malformed: want <bot id>:<secret> as issued by @BotFather", envToken)
 	}
 	if cfg.api == "" {
 		cfg.api = telegram.DefaultAPIBase
 	} else if u, err := url.Parse(cfg.api); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		bad("%s=%q: want the http(s) base URL of a Bot API server (default %s)", envAPI, cfg.api, telegram.DefaultAPIBase)
+		env.Bad("%s=%q: want the http(s) base URL of a Bot API server (default %s)", envAPI, cfg.api, telegram.DefaultAPIBase)
 	}
-
 	if cfg.webhookAddr == "" {
 		if cfg.webhookSecret != "" || cfg.webhookURL != "" {
-			bad("%s and %s are only used in webhook mode; set %s (the address to listen on) too, or unset them to poll",
+			env.Bad("%s and %s are only used in webhook mode; set %s (the address to listen on) too, or unset them to poll",
 				envWebhookSecret, envWebhookURL, envWebhookAddr)
 		}
 	} else {
 		if err := checkSecret(cfg.webhookSecret); err != nil {
-			bad("%s: %w", envWebhookSecret, err)
+			env.Bad("%s: %w", envWebhookSecret, err)
 		}
 		if cfg.webhookURL != "" {
 			if u, err := url.Parse(cfg.webhookURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-				bad("%s=%q: want the public https:// URL Telegram posts to", envWebhookURL, cfg.webhookURL)
+				env.Bad("%s=%q: want the public https:// URL Telegram posts to", envWebhookURL, cfg.webhookURL)
 			}
 		}
 	}
-
-	common, cerrs := botenv.Load(getenv, botenv.Defaults{Soul: defaultSoul, SoulName: "built-in SOUL.md (Mira)",
-		DataDir: defaultDataDir, Owner: checkOwner})
-	errs = append(errs, cerrs...)
-	cfg.soul, cfg.soulFrom, cfg.dataDir = common.Soul, common.SoulFrom, common.DataDir
-	cfg.owners, cfg.aliases, cfg.level = common.Owners, common.Aliases, common.Level
-	cfg.memory, cfg.agent = common.Memory, common.Agent
-	cfg.media, cfg.mediaDesc = common.Media, common.MediaDesc
-	return cfg, errors.Join(errs...)
+	return cfg
 }
 
 // checkSecret applies the setWebhook secret_token rules.

@@ -59,11 +59,8 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/personakit/persona"
-	"github.com/personakit/persona/agent"
-	"github.com/personakit/persona/channel"
 	"github.com/personakit/persona/channel/telegram"
-	"github.com/personakit/persona/internal/botenv"
+	"github.com/personakit/persona/internal/botrun"
 )
 
 //go:embed SOUL.md
@@ -81,19 +78,33 @@ func main() {
 // run is main without the process globals, so the bot is testable: it
 // serves until ctx ends (then returns nil) or fails.
 func run(ctx context.Context, getenv func(string) string, stdout, stderr io.Writer) error {
-	cfg, cerr := loadConfig(getenv)
-	model, modelDesc, merr := pickModel(getenv)
-	if err := errors.Join(cerr, merr); err != nil {
-		return fmt.Errorf("invalid configuration:\n  %s", strings.ReplaceAll(err.Error(), "\n", "\n  "))
-	}
-	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: cfg.level}))
+	return botrun.Run(ctx, getenv, stdout, stderr, platform())
+}
 
+// platform is the Telegram part of the shared runner.
+func platform() botrun.Platform {
+	return botrun.Platform{Title: "persona Telegram bot", DataDir: defaultDataDir, Soul: defaultSoul,
+		SoulName: "built-in SOUL.md (Mira)", Owner: checkOwner, Setup: setup,
+		MapError: func(err error) error {
+			if errors.Is(err, telegram.ErrUnauthorized) {
+				return fmt.Errorf("the Bot API refused the token; check %s: %w", envToken, err)
+			}
+			return err
+		}}
+}
+
+// setup reads the Telegram variables and builds the adapter.
+func setup(env *botrun.Env, s *botrun.Start) (*botrun.Setup, error) {
+	cfg := readConfig(env)
+	if !env.OK() {
+		return nil, nil
+	}
 	ch, err := telegram.New(telegram.Config{
 		Token:    cfg.token,
 		APIBase:  cfg.api,
 		Mode:     cfg.mode(),
-		StateDir: cfg.dataDir, // the getUpdates offset survives restarts
-		Logger:   log.With("component", "telegram"),
+		StateDir: s.DataDir, // the getUpdates offset survives restarts
+		Logger:   s.Log.With("component", "telegram"),
 		Webhook: telegram.WebhookConfig{
 			SecretToken: cfg.webhookSecret,
 			URL:         cfg.webhookURL,
@@ -101,57 +112,25 @@ func run(ctx context.Context, getenv func(string) string, stdout, stderr io.Writ
 		},
 	})
 	if err != nil {
-		return err
+		return nil, err
 	}
-	p, err := persona.New(persona.Options{
-		Channels: []channel.Channel{ch},
-		DataDir:  cfg.dataDir,
-		Persona:  cfg.soul,
-		Model:    model,
-		Owners:   cfg.owners,
-		Aliases:  cfg.aliases,
-		Memory:   cfg.memory,
-		Agent:    cfg.agent,
-		Media:    cfg.media,
-		Logger:   log.With("component", "persona"),
-	})
-	if err != nil {
-		return err
-	}
-	defer func() { _ = p.Close() }()
-
-	banner(stdout, cfg, modelDesc)
-	warnings(log, cfg)
-	log.Info("bot_starting", "mode", cfg.mode(), "data", cfg.dataDir, "owners", len(cfg.owners), "memory", cfg.memory, "agent", cfg.agent)
-	err = p.Run(ctx)
-	log.Info("bot_stopped", "err", err)
-	if errors.Is(err, telegram.ErrUnauthorized) {
-		return fmt.Errorf("the Bot API refused the token; check %s: %w", envToken, err)
-	}
-	return err
+	return &botrun.Setup{Channel: ch, Banner: []string{banner(cfg)}, Warn: func(log *slog.Logger) { warnings(log, cfg) }}, nil
 }
 
-// banner tells the operator, on stdout, what runs and how updates arrive.
-func banner(w io.Writer, cfg config, modelDesc string) {
-	fmt.Fprintln(w, "persona Telegram bot")
-	fmt.Fprintln(w, "  model:    "+modelDesc)
-	fmt.Fprintln(w, "  persona:  "+cfg.soulFrom)
-	fmt.Fprintln(w, "  data:     "+cfg.dataDir)
-	fmt.Fprintf(w, "  memory:   %s (%s); agent loop: %s (%s)\n", botenv.OnOff(cfg.memory), envMemory, botenv.OnOff(cfg.agent), envAgent)
-	fmt.Fprintln(w, "  media:    "+cfg.mediaDesc)
+// banner tells the operator how updates arrive.
+func banner(cfg config) string {
 	api := cfg.api
 	if api == telegram.DefaultAPIBase {
 		api = "the official Bot API (" + api + ")"
 	}
 	if cfg.mode() == telegram.ModePolling {
-		fmt.Fprintf(w, "  telegram: long polling %s; the offset is kept in the data directory\n", api)
-		return
+		return fmt.Sprintf("  telegram: long polling %s; the offset is kept in the data directory", api)
 	}
 	reg := "not registering it (no " + envWebhookURL + "; it must be set already)"
 	if cfg.webhookURL != "" {
 		reg = "registering " + cfg.webhookURL + " with setWebhook"
 	}
-	fmt.Fprintf(w, "  telegram: webhook on %s, %s; Bot API %s\n", cfg.webhookAddr, reg, api)
+	return fmt.Sprintf("  telegram: webhook on %s, %s; Bot API %s", cfg.webhookAddr, reg, api)
 }
 
 // warnings logs the risky parts of a configuration that still works.
@@ -159,13 +138,4 @@ func warnings(log *slog.Logger, cfg config) {
 	if cfg.webhookURL != "" && !strings.HasPrefix(cfg.webhookURL, "https://") && cfg.api == telegram.DefaultAPIBase {
 		log.Warn("webhook_not_https", "hint", "Telegram only posts to https:// URLs on port 443, 80, 88 or 8443")
 	}
-	if len(cfg.owners) == 0 {
-		log.Info("no_owners", "hint", "set "+envOwner+" to your numeric Telegram user id to get owner rights")
-	}
-}
-
-// pickModel returns the configured model, or the offline demo model.
-func pickModel(getenv func(string) string) (agent.Model, string, error) {
-	m, desc, _, err := botenv.Model(getenv)
-	return m, desc, err
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/personakit/persona/agent/openai"
 	"github.com/personakit/persona/channel/telegram"
 	"github.com/personakit/persona/channel/telegram/telegramtest"
+	"github.com/personakit/persona/internal/botrun"
 	"github.com/personakit/persona/internal/logbuf"
 )
 
@@ -278,26 +279,19 @@ func TestBadConfig(t *testing.T) {
 }
 
 // TestConfigDefaults: with only a token, the bot long-polls the official
-// Bot API with the built-in persona and ./data/telegram.
+// Bot API (the shared defaults are internal/botrun's).
 func TestConfigDefaults(t *testing.T) {
 	t.Parallel()
-	env := map[string]string{envToken: "123456789:AAtest", envOwner: "1, 2", envAliases: "Mira"}
-	cfg, err := loadConfig(func(k string) string { return env[k] })
-	require.NoError(t, err)
+	vars := map[string]string{envToken: "123456789:AAtest"}
+	env := botrun.NewEnv(func(k string) string { return vars[k] })
+	cfg := readConfig(env)
+	require.NoError(t, env.Err())
 	require.Equal(t, telegram.ModePolling, cfg.mode())
 	require.Equal(t, telegram.DefaultAPIBase, cfg.api)
-	require.Equal(t, filepath.FromSlash("data/telegram"), cfg.dataDir)
-	require.Equal(t, defaultSoul, cfg.soul)
-	require.Equal(t, []string{"1", "2"}, cfg.owners)
-	require.Equal(t, []string{"Mira"}, cfg.aliases)
-	require.True(t, cfg.memory, "memory is on by default")
-	require.False(t, cfg.agent, "the agent loop is off by default")
 
-	env[envWebhookAddr], env[envWebhookSecret] = "127.0.0.1:8443", "s"
-	env[envMemory], env[envAgent] = "0", "TRUE"
-	cfg, err = loadConfig(func(k string) string { return env[k] })
-	require.NoError(t, err)
+	vars[envWebhookAddr], vars[envWebhookSecret] = "127.0.0.1:8443", "s"
+	env = botrun.NewEnv(func(k string) string { return vars[k] })
+	cfg = readConfig(env)
+	require.NoError(t, env.Err())
 	require.Equal(t, telegram.ModeWebhook, cfg.mode())
-	require.False(t, cfg.memory)
-	require.True(t, cfg.agent)
 }

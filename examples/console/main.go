@@ -263,14 +263,14 @@ func imageMessage(arg string) ([]channel.Segment, error) {
 func (c *console) FetchMedia(_ context.Context, _ channel.Chat, m channel.Media, req channel.MediaRequest) (channel.MediaContent, error) {
 	st, err := os.Stat(m.FileID)
 	if err != nil {
-		return channel.MediaContent{}, fmt.Errorf("%w: %v", channel.ErrMediaUnavailable, err)
+		return channel.MediaContent{}, fmt.Errorf("%w: %w", channel.ErrMediaUnavailable, err)
 	}
 	if req.MaxBytes > 0 && st.Size() > req.MaxBytes {
 		return channel.MediaContent{}, channel.ErrMediaTooLarge
 	}
 	f, err := os.Open(m.FileID)
 	if err != nil {
-		return channel.MediaContent{}, fmt.Errorf("%w: %v", channel.ErrMediaUnavailable, err)
+		return channel.MediaContent{}, fmt.Errorf("%w: %w", channel.ErrMediaUnavailable, err)
 	}
 	return channel.MediaContent{Body: f, Size: st.Size()}, nil
 }

@@ -252,4 +252,3 @@ func TestConfigDefaults(t *testing.T) {
 	readConfig(env)
 	require.ErrorContains(t, env.Err(), `PERSONA_ONEBOT_MEDIA_ROOT="napcat/files": want an absolute path`)
 }
-

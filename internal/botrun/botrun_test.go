@@ -107,7 +107,9 @@ func TestRunServesAndPrintsTheBanner(t *testing.T) {
 	require.NoError(t, <-done)
 	require.Equal(t, 1, setups)
 	require.Equal(t, 1, closed, "Setup.Close ran after the pipeline stopped")
-	_, err = http.Get(url)
+	if resp, err = http.Get(url); err == nil {
+		_ = resp.Body.Close()
+	}
 	require.Error(t, err, "the callback server is shut down")
 }
 

@@ -11,7 +11,9 @@ import (
 	"github.com/personakit/persona/channel"
 	"github.com/personakit/persona/gate"
 	"github.com/personakit/persona/inbound"
+	"github.com/personakit/persona/memory"
 	"github.com/personakit/persona/outcome"
+	"github.com/personakit/persona/store"
 )
 
 // Media-turn assembly (a picture, then its caption): a message of only
@@ -60,36 +62,69 @@ type mediaHold struct {
 	// waiting is keyed by session and sender, oldest first; entries go
 	// when taken, when their own turn starts, or once too old.
 	waiting map[string][]heldMedia
-	// absorbed maps a media item to the text item that took it in;
-	// running marks media items whose own turn has started.
-	absorbed map[string]string
-	running  map[string]bool
+	// absorbed maps a media item to the item that took it in; running
+	// marks media items whose own turn has started. Both are dated and go
+	// with the waiting entries' horizon (the flags keep absorptions for
+	// longer).
+	absorbed map[string]holdMark
+	running  map[string]time.Time
+}
+
+// holdMark is an absorption: into which item, noted when.
+type holdMark struct {
+	into string
+	at   time.Time
 }
 
 func newMediaHold() *mediaHold {
-	return &mediaHold{waiting: map[string][]heldMedia{}, absorbed: map[string]string{}, running: map[string]bool{}}
+	return &mediaHold{waiting: map[string][]heldMedia{}, absorbed: map[string]holdMark{}, running: map[string]time.Time{}}
 }
 
 func holdKey(session, sender string) string { return session + "\x00" + sender }
 
-// note records a media-only message HandleEvent queued.
+// note records a queued media-only message (HandleEvent, a journal
+// replay, or a restart's look at the history). A message it knows already
+// is not added twice.
 func (h *mediaHold) note(it *inbound.Item, now time.Time) {
 	k := holdKey(it.SessionKey, it.Event.Sender.ID)
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.prune(now)
+	for _, m := range h.waiting[k] {
+		if m.ID == it.ID {
+			return
+		}
+	}
+	if _, ok := h.running[it.ID]; ok {
+		return
+	}
+	if _, ok := h.absorbed[it.ID]; ok {
+		return
+	}
 	ev := it.Event.Clone()
 	h.waiting[k] = append(h.waiting[k], heldMedia{ID: it.ID, At: ev.Time, Event: ev})
+	slices.SortStableFunc(h.waiting[k], func(a, b heldMedia) int { return a.At.Compare(b.At) })
+}
+
+// hasAlbum reports whether a picture of the album is waiting.
+func (h *mediaHold) hasAlbum(session, sender, album string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, m := range h.waiting[holdKey(session, sender)] {
+		if albumOf(m.Event.Segments) == album {
+			return true
+		}
+	}
+	return false
 }
 
 // prune drops what no text can take any more (with h.mu held): entries
-// older than twice the window, and the marks of items long finished.
+// older than twice the window and a minute, and marks as old.
 func (h *mediaHold) prune(now time.Time) {
 	horizon := now.Add(-2*inbound.MediaMergeWindow - time.Minute)
 	for k, list := range h.waiting {
 		i := 0
 		for i < len(list) && list[i].At.Before(horizon) {
-			delete(h.running, list[i].ID)
 			i++
 		}
 		if i == len(list) {
@@ -98,11 +133,15 @@ func (h *mediaHold) prune(now time.Time) {
 			h.waiting[k] = slices.Clone(list[i:])
 		}
 	}
-	if len(h.absorbed) > 4096 {
-		clear(h.absorbed) // the flags still hold them
+	for id, at := range h.running {
+		if at.Before(horizon) {
+			delete(h.running, id)
+		}
 	}
-	if len(h.running) > 4096 {
-		clear(h.running)
+	for id, m := range h.absorbed {
+		if m.at.Before(horizon) {
+			delete(h.absorbed, id)
+		}
 	}
 }
 
@@ -121,12 +160,16 @@ func mediaSegments(segs []channel.Segment) []channel.Segment {
 // With an album id, every waiting message of that album; otherwise the
 // nearest within the window, and every other within mediaSlack of that
 // one, oldest first. Items whose own turn has started are left alone.
-func (h *mediaHold) take(session, sender, id string, at time.Time, album string) []heldMedia {
+func (h *mediaHold) take(session, sender, id string, at, now time.Time, album string) []heldMedia {
 	k := holdKey(session, sender)
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	list := h.waiting[k]
-	free := func(m *heldMedia) bool { return !h.running[m.ID] && h.absorbed[m.ID] == "" }
+	free := func(m *heldMedia) bool {
+		_, run := h.running[m.ID]
+		_, abs := h.absorbed[m.ID]
+		return !run && !abs && m.ID != id
+	}
 	var pick func(m *heldMedia) bool
 	if album != "" {
 		pick = func(m *heldMedia) bool { return free(m) && albumOf(m.Event.Segments) == album }
@@ -155,7 +198,7 @@ func (h *mediaHold) take(session, sender, id string, at time.Time, album string)
 	for i := range list {
 		if pick(&list[i]) {
 			got = append(got, list[i])
-			h.absorbed[list[i].ID] = id
+			h.absorbed[list[i].ID] = holdMark{into: id, at: now}
 		} else {
 			rest = append(rest, list[i])
 		}
@@ -178,15 +221,15 @@ func albumOf(segs []channel.Segment) string {
 	return ""
 }
 
-// start marks the media item's own turn as started, unless a text took it
-// in: then it returns that text's item id.
-func (h *mediaHold) start(id string) (into string) {
+// start marks the media item's own turn as started, unless another item
+// took it in: then it returns that item's id.
+func (h *mediaHold) start(id string, now time.Time) (into string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if into = h.absorbed[id]; into != "" {
-		return into
+	if m, ok := h.absorbed[id]; ok {
+		return m.into
 	}
-	h.running[id] = true
+	h.running[id] = now
 	return ""
 }
 
@@ -210,16 +253,18 @@ func absDur(d time.Duration) time.Duration {
 }
 
 // assemble runs media-turn assembly for a claimed item, before its gates.
-// A media-only item that a text took in ends here (done); a text item
-// gets the media it took in appended to l.Event's segments, and where
-// each taken message's media are.
+// A media-only item that another took in ends here (done); a text item,
+// or the first picture of an album without a caption, gets the media it
+// took in appended to l.Event's segments (with the mentions and the quote
+// that came with them), and where each taken message's segments are.
 func (p *Pipeline) assemble(ctx context.Context, l *inbound.Lease) (act action, done bool, took []mediaOwner) {
 	ev := &l.Event
 	if ev.Kind != channel.KindMessage || l.HistoryOnly {
 		return action{}, false, nil
 	}
+	album := albumOf(ev.Segments)
 	if ev.MediaOnly() {
-		into := p.hold.start(l.ID)
+		into := p.hold.start(l.ID, p.clk.Now())
 		if into == "" {
 			// Not known here (this process may have started after a
 			// text took it in): the flags know.
@@ -233,57 +278,136 @@ func (p *Pipeline) assemble(ctx context.Context, l *inbound.Lease) (act action, 
 		}
 		if into != "" {
 			o := inbound.Outcome{Code: outcome.SupersededMediaTurn, MergedInto: into,
-				Reason: "taken into the same sender's text message within the media window; that turn answers both"}
+				Reason: "taken into the same sender's message within the media window; that turn answers both"}
 			return action{kind: actComplete, outcome: o}, true, nil
 		}
-		return action{}, false, nil
-	}
-	if ev.Text() == "" {
-		return action{}, false, nil
-	}
-	// A text with media of its own takes only the rest of its album.
-	album := ""
-	if len(mediaSegments(ev.Segments)) > 0 {
-		if album = albumOf(ev.Segments); album == "" {
+		if album == "" {
+			return action{}, false, nil
+		}
+		// An album without a caption: its first picture to run answers
+		// for the others.
+	} else {
+		if ev.Text() == "" {
+			return action{}, false, nil
+		}
+		// A text with media of its own takes only the rest of its album.
+		if len(mediaSegments(ev.Segments)) > 0 && album == "" {
 			return action{}, false, nil
 		}
 	}
-	var ms []heldMedia
-	if l.Claims > 1 {
-		// A retry takes what its first attempt took (the media items end
-		// superseded whatever this attempt does).
-		f, ok, err := p.flags.GetFlag(ctx, l.SessionKey, l.ID, flagMediaTaken)
-		if err != nil {
-			return action{kind: actRetry, err: fmt.Errorf("read media taken: %w", err)}, true, nil
-		}
-		if ok && json.Unmarshal([]byte(f.Value), &ms) != nil {
-			ms = nil
-		}
-	}
-	if ms == nil {
-		ms = p.hold.take(l.SessionKey, ev.Sender.ID, l.ID, ev.Time, album)
-		if len(ms) == 0 {
-			return action{}, false, nil
-		}
-		// Durable before the media are used: a crash now leaves the media
-		// items ending superseded and this turn, retried, taking them.
-		now := p.clk.Now()
-		blob, _ := json.Marshal(ms) // segments and times: cannot fail
-		fs := []gate.Flag{{SessionKey: l.SessionKey, Subject: l.ID, Name: flagMediaTaken, Until: now.Add(mediaFlagTTL), Value: string(blob)}}
-		for _, m := range ms {
-			fs = append(fs, gate.Flag{SessionKey: l.SessionKey, Subject: m.ID, Name: flagMediaAbsorbed, Until: now.Add(mediaFlagTTL), Value: l.ID})
-		}
-		if err := gate.SetFlags(ctx, p.flags, fs); err != nil {
-			p.hold.release(l.SessionKey, ev.Sender.ID, ms)
-			return action{kind: actRetry, err: fmt.Errorf("store media absorption: %w", err)}, true, nil
-		}
+	ms, act, done := p.takeMedia(ctx, l, album)
+	if done {
+		return act, true, nil
 	}
 	segs := slices.Clone(ev.Segments)
 	for _, m := range ms {
 		from := len(segs)
-		segs = append(segs, mediaSegments(m.Event.Segments)...)
+		segs = append(segs, carried(m.Event.Segments)...)
 		took = append(took, mediaOwner{from: from, to: len(segs), id: m.ID, event: m.Event})
+		if ev.Quoted == nil && m.Event.Quoted != nil {
+			q := m.Event.Clone().Quoted
+			ev.Quoted = q
+		}
+		ev.ToMe = ev.ToMe || m.Event.ToMe
 	}
 	ev.Segments = segs
 	return action{}, false, took
+}
+
+// takeMedia finds the media items l takes in (see mediaHold.take), stores
+// the absorption before anything uses it, and returns them. A retry takes
+// what its first attempt took.
+func (p *Pipeline) takeMedia(ctx context.Context, l *inbound.Lease, album string) ([]heldMedia, action, bool) {
+	ev := &l.Event
+	var ms []heldMedia
+	if l.Claims > 1 {
+		// The media items end superseded whatever this attempt does.
+		f, ok, err := p.flags.GetFlag(ctx, l.SessionKey, l.ID, flagMediaTaken)
+		if err != nil {
+			return nil, action{kind: actRetry, err: fmt.Errorf("read media taken: %w", err)}, true
+		}
+		if ok && json.Unmarshal([]byte(f.Value), &ms) != nil {
+			ms = nil
+		}
+		if ms != nil {
+			return ms, action{}, false
+		}
+	}
+	now := p.clk.Now()
+	ms = p.hold.take(l.SessionKey, ev.Sender.ID, l.ID, ev.Time, now, album)
+	if len(ms) == 0 && p.heldAtStart[holdKey(l.SessionKey, ev.Sender.ID)] && now.Sub(p.started) < 2*inbound.MediaMergeWindow+time.Minute {
+		// Media messages of this sender were waiting when the pipeline
+		// started: they are not in the hold. The history knows them.
+		p.recallHeld(ctx, l)
+		ms = p.hold.take(l.SessionKey, ev.Sender.ID, l.ID, ev.Time, now, album)
+	}
+	if len(ms) == 0 {
+		return nil, action{}, false
+	}
+	// Durable before the media are used: a crash now leaves the media
+	// items ending superseded and this turn, retried, taking them.
+	blob, _ := json.Marshal(ms) // events and times: cannot fail
+	fs := []gate.Flag{{SessionKey: l.SessionKey, Subject: l.ID, Name: flagMediaTaken, Until: now.Add(mediaFlagTTL), Value: string(blob)}}
+	for _, m := range ms {
+		fs = append(fs, gate.Flag{SessionKey: l.SessionKey, Subject: m.ID, Name: flagMediaAbsorbed, Until: now.Add(mediaFlagTTL), Value: l.ID})
+	}
+	if err := gate.SetFlags(ctx, p.flags, fs); err != nil {
+		p.hold.release(l.SessionKey, ev.Sender.ID, ms)
+		return nil, action{kind: actRetry, err: fmt.Errorf("store media absorption: %w", err)}, true
+	}
+	return ms, action{}, false
+}
+
+// recallHeld notes the sender's media-only messages of the session that
+// are still waiting in the queue, from the history (after a restart the
+// hold is empty).
+func (p *Pipeline) recallHeld(ctx context.Context, l *inbound.Lease) {
+	hist, err := memory.RecentOf(ctx, p.opt.History, l.SessionKey, 50)
+	if err != nil {
+		p.log.Warn("media assembly: read history", "session", l.SessionKey, "err", err)
+		return
+	}
+	for i := range hist {
+		e := &hist[i]
+		if e.Key == l.ID || e.Direction != memory.In || e.Event.Sender.ID != l.Event.Sender.ID || !e.Event.MediaOnly() ||
+			absDur(e.Event.Time.Sub(l.Event.Time)) > inbound.MediaMergeWindow {
+			continue
+		}
+		rec, err := p.opt.Queue.Lookup(ctx, e.Key)
+		if err != nil || rec.Status != inbound.StatusPending || rec.HistoryOnly {
+			continue
+		}
+		p.hold.note(&inbound.Item{ID: e.Key, SessionKey: l.SessionKey, Event: e.Event}, p.clk.Now())
+	}
+}
+
+// carried returns what a taken message brings into the turn: its media,
+// its mentions and its quote (a picture "@bot"-ed and then captioned is
+// addressed to the bot); its text is empty by definition.
+func carried(segs []channel.Segment) []channel.Segment {
+	var out []channel.Segment
+	for _, s := range segs {
+		switch {
+		case s.Type.IsMedia(), s.Type == channel.SegMention, s.Type == channel.SegQuote:
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// heldBefore lists the senders (holdKey) with media-only messages still
+// waiting in the queue when the pipeline starts: only their text turns
+// look for them in the history (see recallHeld).
+func heldBefore(ctx context.Context, db *store.DB, now time.Time) (map[string]bool, error) {
+	recs, err := db.Records(ctx, store.RecordQuery{Status: inbound.StatusPending, Limit: 10000})
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]bool{}
+	for _, r := range recs {
+		if r.Text == "" && !r.HistoryOnly && r.AvailableAt.After(now.Add(-inbound.MediaMergeWindow)) {
+			out[holdKey(r.SessionKey, r.SenderID)] = true
+		}
+	}
+	return out, nil
 }

@@ -89,10 +89,15 @@ func (p *Pipeline) handleDurably(actx context.Context, ev channel.Event, history
 		return nil
 	}
 	it.Priority = priority(&ev, route.Classify(&ev, p.identity, p.opt.Triggers) != "")
-	switch {
+	switch album := albumOf(ev.Segments); {
 	case ev.MediaOnly():
 		it.AvailableAt = ev.Time.Add(inbound.MediaMergeWindow)
-	case albumOf(ev.Segments) != "":
+		if album != "" && p.hold.hasAlbum(ev.SessionKey, ev.Sender.ID, album) {
+			// A later picture of an album waits a little longer, so that
+			// the first, when nothing took it in, takes it.
+			it.AvailableAt = it.AvailableAt.Add(albumWait)
+		}
+	case album != "":
 		it.AvailableAt = ev.Time.Add(albumWait)
 	}
 	if now := p.clk.Now(); !it.AvailableAt.IsZero() && it.AvailableAt.Before(now) {

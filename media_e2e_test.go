@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -18,6 +19,7 @@ import (
 
 	"github.com/personakit/persona/agent"
 	"github.com/personakit/persona/channel"
+	"github.com/personakit/persona/channel/chantest"
 	"github.com/personakit/persona/channel/onebot"
 	"github.com/personakit/persona/channel/onebot/onebottest"
 	"github.com/personakit/persona/channel/telegram"
@@ -568,4 +570,197 @@ func TestMediaTelegramAlbumIsAnsweredOnce(t *testing.T) {
 	require.Len(t, cur.Parts, 3)
 	require.Contains(t, cur.Content, "our trip!")
 	require.Len(t, r.tg.Sent(), 1)
+}
+
+// TestMediaMentionedPictureThenCaptionIsAnswered: "@bot [picture]" and
+// then a caption: the caption's turn carries the mention, so the bot
+// answers (the picture alone was addressed to it).
+func TestMediaMentionedPictureThenCaptionIsAnswered(t *testing.T) {
+	t.Parallel()
+	model := &mediaModel{seeing: true}
+	r := startMediaRun(t, model, nil)
+	r.fake.AddMedia("p1.image", onebottest.MediaFile{Bytes: redPNG(t, 8), Base64: true})
+	photo := r.emit(true, onebot.Message{{Type: "at", Data: map[string]string{"qq": strconv.Itoa(mrBot)}}, imageSeg("p1.image")})
+	r.clk.Advance(3 * time.Second)
+	caption := r.emit(true, onebot.Message{onebot.TextSegment("lol")})
+	o := r.await(caption)
+	require.Equal(t, outcome.Replied, o.Code, o.Reason)
+	require.Equal(t, outcome.SupersededMediaTurn, r.await(photo).Code)
+	chats := model.calls(agent.PurposeChat)
+	require.Len(t, chats, 1)
+	require.Len(t, current(t, chats[0]).Parts, 1)
+}
+
+// TestMediaStickerWithTextIsDescribed: a sticker is never attached as a
+// picture; the prompt waits for its few-word description.
+func TestMediaStickerWithTextIsDescribed(t *testing.T) {
+	t.Parallel()
+	model := &mediaModel{seeing: true}
+	r := startMediaRun(t, model, nil)
+	r.fake.AddMedia("st.image", onebottest.MediaFile{Bytes: redPNG(t, 8), Base64: true})
+	id := r.emit(false, onebot.Message{{Type: "image", Data: map[string]string{"file": "st.image", "sub_type": "1"}}, onebot.TextSegment("haha")})
+	require.Equal(t, outcome.Replied, r.await(id).Code)
+	cur := current(t, model.calls(agent.PurposeChat)[0])
+	require.Empty(t, cur.Parts)
+	require.Contains(t, cur.Content, "[sticker: a small red square] haha")
+}
+
+// TestMediaTelegramAlbumWithoutCaptionIsAnsweredOnce: the album's first
+// picture to run answers for all of them.
+func TestMediaTelegramAlbumWithoutCaptionIsAnsweredOnce(t *testing.T) {
+	t.Parallel()
+	model := &mediaModel{seeing: true}
+	r := startTelegramMediaRun(t, model, nil)
+	photo := func(id string) []telegramtest.PhotoSize {
+		r.tg.AddFile(id, redPNG(t, 8+len(id)))
+		return []telegramtest.PhotoSize{{FileID: id, FileUniqueID: "u-" + id, Width: 100, Height: 100}}
+	}
+	ids := []string{
+		r.push(false, telegramtest.Incoming{Photo: photo("a1"), MediaGroupID: "album-8"}),
+		r.push(false, telegramtest.Incoming{Photo: photo("a22"), MediaGroupID: "album-8"}),
+		r.push(false, telegramtest.Incoming{Photo: photo("a333"), MediaGroupID: "album-8"}),
+	}
+	replied, superseded := 0, 0
+	for _, id := range ids {
+		switch o := r.await(id); o.Code {
+		case outcome.Replied:
+			replied++
+		case outcome.SupersededMediaTurn:
+			superseded++
+		default:
+			t.Fatalf("%s: %s (%s)", id, o.Code, o.Reason)
+		}
+	}
+	require.Equal(t, 1, replied)
+	require.Equal(t, 2, superseded)
+	chats := model.calls(agent.PurposeChat)
+	require.Len(t, chats, 1)
+	require.Len(t, current(t, chats[0]).Parts, 3)
+}
+
+// TestMediaTranscriberDownStillAnswers: a transcriber that keeps failing
+// transiently costs retries, and on the last attempt the message is
+// answered with the clip untranscribed (the reason says so).
+func TestMediaTranscriberDownStillAnswers(t *testing.T) {
+	t.Parallel()
+	model := &mediaModel{}
+	var calls atomic.Int32
+	tr := agent.TranscriberFunc(func(context.Context, agent.Audio) (string, error) {
+		calls.Add(1)
+		return "", &agent.Error{Kind: agent.KindServer, Message: "503 from the speech server"}
+	})
+	r := startMediaRun(t, model, func(o *Options) {
+		o.Media.Transcriber, o.MaxAttempts = tr, 3
+		o.Lease = 24 * time.Hour // the test moves the clock fast; no lease may run out meanwhile
+	})
+	r.fake.AddMedia("v1.amr", onebottest.MediaFile{Bytes: []byte("ID3\x03\x00\x00\x00\x00\x00\x00abc")})
+	id := r.emit(false, onebot.Message{{Type: "record", Data: map[string]string{"file": "v1.amr"}}, onebot.TextSegment("Mira, are you there?")})
+	var o inbound.Outcome
+	require.Eventually(t, func() bool {
+		got, ok := r.outcome(id)
+		o = got
+		r.clk.Advance(time.Minute) // past each retry's backoff
+		return ok
+	}, 20*time.Second, 10*time.Millisecond)
+	require.Equal(t, outcome.Replied, o.Code, o.Reason)
+	require.Contains(t, o.Reason, "voice not transcribed")
+	require.Contains(t, o.Reason, "503 from the speech server")
+	require.EqualValues(t, 3, calls.Load(), "one call per attempt")
+	require.Contains(t, current(t, model.calls(agent.PurposeChat)[0]).Content, "not transcribed")
+}
+
+// burstModel holds the first chat call until released and calls every
+// newer message a supplement, so a picture folds into a running reply.
+type burstModel struct {
+	mediaModel
+	release chan struct{}
+	first   chan struct{}
+}
+
+func (m *burstModel) Generate(ctx context.Context, req agent.Request) (*agent.Response, error) {
+	switch req.Purpose {
+	case agent.PurposeClassify:
+		return &agent.Response{Text: `{"label":"supplement","confidence":0.99}`, Model: "c"}, nil
+	case agent.PurposeChat:
+		select {
+		case m.first <- struct{}{}:
+			select {
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			case <-m.release:
+			}
+		default:
+		}
+	}
+	return m.mediaModel.Generate(ctx, req)
+}
+
+// TestMediaPictureMergedIntoARunningReply: a picture message folded into
+// the same person's reply being generated; the descriptions written for
+// it never touch the segments the running turn reads (run with -race).
+func TestMediaPictureMergedIntoARunningReply(t *testing.T) {
+	t.Parallel()
+	bm := &burstModel{mediaModel: mediaModel{seeing: true}, release: make(chan struct{}), first: make(chan struct{}, 1)}
+	r := startMediaRun(t, &bm.mediaModel, func(o *Options) { o.Model = bm })
+	r.fake.AddMedia("p1.image", onebottest.MediaFile{Bytes: redPNG(t, 8), Base64: true})
+	first := r.emit(false, onebot.Message{onebot.TextSegment("hey")})
+	require.Eventually(t, func() bool { return len(bm.first) == 1 }, 10*time.Second, time.Millisecond)
+	second := r.emit(false, onebot.Message{imageSeg("p1.image"), onebot.TextSegment("look at this")})
+	o2 := r.await(second)
+	close(bm.release)
+	o1 := r.await(first)
+	require.True(t, o1.Code.Valid() && o2.Code.Valid())
+	require.True(t, o1.Code.Replied() || o2.Code.Replied(), "%s / %s", o1.Code, o2.Code)
+}
+
+// TestMediaHoldSurvivesARestart: a picture queued before a restart is
+// still taken into its caption sent after it.
+func TestMediaHoldSurvivesARestart(t *testing.T) {
+	t.Parallel()
+	clk := clock.NewFake(time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC))
+	dir := t.TempDir()
+	model := &mediaModel{}
+	var mu sync.Mutex
+	outs := map[string]inbound.Outcome{}
+	start := func() (*Pipeline, *chantest.Channel, func()) {
+		ch := chantest.New(chantest.Config{BotID: "bot"})
+		p, err := New(Options{Channels: []channel.Channel{ch}, DataDir: dir, Persona: "You are Mira.", Model: model, Clock: clk,
+			NoPacing: true, NoRouter: true, AuditDisabled: func(string) bool { return true }, Logger: slog.New(slog.DiscardHandler),
+			OnOutcome: func(id string, o inbound.Outcome) { mu.Lock(); outs[id] = o; mu.Unlock() }})
+		require.NoError(t, err)
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- p.Run(ctx) }()
+		require.Eventually(t, p.anyReady, 10*time.Second, 5*time.Millisecond)
+		return p, ch, func() { cancel(); require.NoError(t, <-done); require.NoError(t, p.Close()) }
+	}
+	ann := channel.Sender{ID: "ann", Name: "Ann"}
+	chat := channel.Chat{Kind: channel.Private, ID: "ann"}
+	msg := func(id string, segs ...channel.Segment) channel.Event {
+		return channel.Event{Platform: "chantest", BotID: "bot", Kind: channel.KindMessage, Chat: chat, MessageID: id,
+			Time: clk.Now(), Sender: ann, Segments: segs}
+	}
+	_, ch, stop := start()
+	photo := msg("m1", channel.Image(channel.Media{FileID: "cat.png"}))
+	require.NoError(t, ch.Inject(t.Context(), photo))
+	stop() // before the media window ends
+	clk.Advance(3 * time.Second)
+	_, ch, stop = start()
+	defer stop()
+	caption := msg("m2", channel.Text("isn't she cute"))
+	require.NoError(t, ch.Inject(t.Context(), caption))
+	photo.Profile, caption.Profile = "default", "default"
+	require.Eventually(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		clk.Advance(time.Second)
+		_, a := outs[photo.Key()]
+		_, b := outs[caption.Key()]
+		return a && b
+	}, 20*time.Second, 10*time.Millisecond)
+	mu.Lock()
+	defer mu.Unlock()
+	require.Equal(t, outcome.Replied, outs[caption.Key()].Code)
+	require.Equal(t, outcome.SupersededMediaTurn, outs[photo.Key()].Code, outs[photo.Key()].Reason)
+	require.Len(t, model.calls(agent.PurposeChat), 1)
 }

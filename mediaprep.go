@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"net/netip"
 	"path/filepath"
+	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -163,7 +163,7 @@ func (p *Pipeline) transcribe(ctx context.Context, l *inbound.Lease, owners []me
 			if ctx.Err() != nil {
 				return action{kind: actRelease}, true, ""
 			}
-			if !media.Definitive(err) {
+			if !media.Definitive(err) && l.Attempts < p.opt.MaxAttempts {
 				return action{kind: actRetry, err: fmt.Errorf("transcribe voice: %w", err)}, true, ""
 			}
 			p.log.Info("voice not transcribed", "id", l.ID, "err", err)
@@ -221,9 +221,10 @@ func (p *Pipeline) persistMedia(ctx context.Context, l *inbound.Lease, ev *chann
 	}
 }
 
-// mergeMedia copies the media of got (the same segments, in order, as the
-// media segments of segs) into segs.
+// mergeMedia copies the media of got's media segments (the same, in
+// order, as the media segments of segs) into segs.
 func mergeMedia(segs, got []channel.Segment) []channel.Segment {
+	got = mediaSegments(got)
 	k := 0
 	for i := range segs {
 		if !segs[i].Type.IsMedia() || k >= len(got) {
@@ -248,12 +249,9 @@ type imagePrep struct {
 	parts, depParts []agent.Part
 	// described is closed once every description is in (or given up).
 	described chan struct{}
-	once      sync.Once
 	// fromDescriptions: the model said it could not see the images; the
 	// next generation reads descriptions instead.
 	fromDescriptions bool
-	// changed: wait gave the event descriptions or content hashes.
-	changed bool
 }
 
 // imageRef is one picture: where it is in the event, its content and its
@@ -267,9 +265,12 @@ type imageRef struct {
 	desc    string
 }
 
-// prepareImages fetches the turn's pictures and starts describing them.
-// It changes no segment: wait applies the descriptions.
-func (p *Pipeline) prepareImages(ctx context.Context, ev *channel.Event) *imagePrep {
+// prepareImages fetches the turn's pictures and starts describing them in
+// the background; once described, what they show is stored with their
+// messages (the turn does not wait for that). It changes no segment: wait
+// applies the descriptions to the turn's event.
+func (p *Pipeline) prepareImages(ctx context.Context, l *inbound.Lease, owners []mediaOwner) *imagePrep {
+	ev := &l.Event
 	if p.media == nil {
 		return nil
 	}
@@ -330,7 +331,23 @@ func (p *Pipeline) prepareImages(ctx context.Context, ev *channel.Event) *imageP
 			ip.parts = append(ip.parts, part)
 		}
 	}
-	go p.describe(context.WithoutCancel(ctx), ip, refs)
+	base := ev.Clone()
+	lease := *l
+	bctx := p.bgCtx
+	if bctx == nil {
+		bctx = context.Background()
+	}
+	bctx = agent.WithScope(bctx, agent.ScopeFrom(ctx))
+	p.bg.Go(func() {
+		p.describe(bctx, ip, refs)
+		// What the pictures show (and their content hashes) goes with
+		// their messages, for the history of later turns.
+		if ip.apply(&base) {
+			wctx, cancel := context.WithTimeout(bctx, DefaultBookkeeping)
+			defer cancel()
+			p.persistMedia(wctx, &lease, &base, owners)
+		}
+	})
 	return ip
 }
 
@@ -383,10 +400,8 @@ func (p *Pipeline) describe(ctx context.Context, ip *imagePrep, refs []*imageRef
 	_ = g.Wait()
 }
 
-// wait waits for the descriptions (bounded by ctx) and applies them, with
-// the content hashes, to ev's segments (the first call does; ev must share
-// its segments with the event of later calls). It reports whether the
-// event changed, so the messages should be stored again.
+// wait waits for the descriptions (bounded by ctx) and applies them to ev
+// (see apply). It reports whether ev changed.
 func (ip *imagePrep) wait(ctx context.Context, ev *channel.Event) bool {
 	if ip == nil {
 		return false
@@ -396,29 +411,68 @@ func (ip *imagePrep) wait(ctx context.Context, ev *channel.Event) bool {
 	case <-ctx.Done():
 		return false
 	}
-	ip.once.Do(func() {
-		for _, r := range ip.all() {
-			if !r.ok {
-				continue
-			}
-			seg := ip.segment(ev, r)
-			m := *seg.Media
-			if m.SHA256 == r.blob.SHA256 && (r.desc == "" || m.Description == r.desc) {
-				continue
-			}
-			m.SHA256, m.MIME = r.blob.SHA256, r.blob.MIME
-			if r.desc != "" {
-				m.Description = r.desc
-			}
-			if r.quoted {
-				ev.Quoted.Segments[r.index].Media = &m
-			} else {
-				ev.Segments[r.index].Media = &m
-			}
-			ip.changed = true
+	return ip.apply(ev)
+}
+
+// apply writes the descriptions and content hashes into ev, once they are
+// all in. It changes copies: ev's segments (and quoted message) may be
+// shared with other readers (a burst's running turn), so they are cloned
+// before the first change. It reports whether ev changed.
+func (ip *imagePrep) apply(ev *channel.Event) bool {
+	select {
+	case <-ip.described:
+	default:
+		return false
+	}
+	changed, cloned, qcloned := false, false, false
+	for _, r := range ip.all() {
+		if !r.ok {
+			continue
 		}
-	})
-	return ip.changed
+		seg := ip.segment(ev, r)
+		if seg.Media == nil {
+			continue
+		}
+		m := *seg.Media
+		if m.SHA256 == r.blob.SHA256 && (r.desc == "" || m.Description == r.desc) {
+			continue
+		}
+		m.SHA256, m.MIME = r.blob.SHA256, r.blob.MIME
+		if r.desc != "" {
+			m.Description = r.desc
+		}
+		if r.quoted {
+			if !qcloned {
+				q := *ev.Quoted
+				q.Segments = slices.Clone(q.Segments)
+				ev.Quoted, qcloned = &q, true
+			}
+			ev.Quoted.Segments[r.index].Media = &m
+		} else {
+			if !cloned {
+				ev.Segments, cloned = slices.Clone(ev.Segments), true
+			}
+			ev.Segments[r.index].Media = &m
+		}
+		changed = true
+	}
+	return changed
+}
+
+// needsText reports whether a picture of the current message was not
+// attached but can be described (a sticker): the prompt then waits for
+// its description.
+func (ip *imagePrep) needsText(attach bool) bool {
+	if ip == nil {
+		return false
+	}
+	for i := range ip.cur {
+		// Field by field: the describing goroutine writes desc meanwhile.
+		if r := &ip.cur[i]; r.ok && (r.sticker || !attach) {
+			return true
+		}
+	}
+	return false
 }
 
 // dependencyLines are the quoted pictures as text lines, for a request

@@ -48,12 +48,21 @@ type Pipeline struct {
 	replayer *inbound.Replayer
 	bursts   *bursts
 	hold     *mediaHold
+	// started is when New ran; heldAtStart the senders whose media-only
+	// messages were waiting in the queue then (media assembly looks for
+	// them in the history right after a start).
+	started     time.Time
+	heldAtStart map[string]bool
 	// media fetches, caches and describes pictures and voice (nil: off);
 	// vision: a vision model writes descriptions; attach: the chat
 	// model's requests carry the pictures themselves.
 	media          *media.Service
 	vision, attach bool
-	gen            *generation
+	// bg tracks work a turn leaves running (describing its pictures);
+	// bgCtx, Run's context, ends it. Run waits for it before it returns.
+	bg    sync.WaitGroup
+	bgCtx context.Context
+	gen   *generation
 	// scopes are the sessions' model-facing identities; model is the
 	// aliasing boundary every model call goes through (nil without
 	// Options.Model); exit is the way out every chunk takes.
@@ -138,6 +147,7 @@ func New(opt Options) (*Pipeline, error) {
 		identity:  route.Identity{Aliases: opt.Aliases, Owners: opt.Owners},
 		bursts:    newBursts(),
 		hold:      newMediaHold(),
+		started:   opt.Clock.Now(),
 		wake:      make(chan struct{}, 1),
 		replySem:  make(chan struct{}, opt.ReplyConcurrency),
 		finishing: make(chan struct{}, 4*opt.Workers),
@@ -166,10 +176,22 @@ func New(opt Options) (*Pipeline, error) {
 		_ = p.Close()
 		return nil, err
 	}
+	if db != nil {
+		hctx, cancel := context.WithTimeout(context.Background(), DefaultBookkeeping)
+		p.heldAtStart, err = heldBefore(hctx, db, p.started)
+		cancel()
+		if err != nil {
+			_ = p.Close()
+			return nil, fmt.Errorf("persona: list held media: %w", err)
+		}
+	}
 	p.replayer = inbound.NewReplayer(opt.Journal, opt.Queue, inbound.ReplayOptions{
 		Clock: opt.Clock, Logger: opt.Logger,
 		OnReplayed: func(it inbound.Item, enqueued bool) {
 			if enqueued {
+				if it.Event.MediaOnly() && !it.HistoryOnly {
+					p.hold.note(&it, p.clk.Now())
+				}
 				p.Wake()
 			}
 			// A journaled message means the store was unavailable for a
@@ -531,8 +553,11 @@ func (p *Pipeline) Run(ctx context.Context) error {
 	if p.media != nil {
 		g.Go(func() error { return p.media.Cache().Run(gctx) })
 	}
+	p.bgCtx = gctx
 	g.Go(func() error { p.dispatch(gctx); return nil })
 	err := g.Wait()
+	// Work a turn left running (describing its pictures) ends with gctx.
+	p.bg.Wait()
 	if ctx.Err() != nil && err == nil {
 		return nil
 	}

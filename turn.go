@@ -306,22 +306,12 @@ func (p *Pipeline) stages(ctx context.Context, l inbound.Lease, heartbeat func()
 	ctx = agent.WithScope(ctx, sc)
 	// Pictures are fetched once the gates let the message through, and
 	// described (by the vision model, once per picture) meanwhile.
-	img := p.prepareImages(ctx, &ev)
-	if img != nil {
-		defer func() {
-			// What the pictures show is stored with their messages, for
-			// the history of later turns.
-			wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), describeWait)
-			defer cancel()
-			if img.wait(wctx, &l.Event) {
-				p.persistMedia(wctx, &l, &l.Event, owners)
-			}
-		}()
-		if !t.Direct || !p.attach {
-			// The router, and a chat model without vision, read the
-			// descriptions.
-			img.wait(ctx, &ev)
-		}
+	img := p.prepareImages(ctx, &l, owners)
+	if !t.Direct || img.needsText(p.attach) {
+		// The router, a chat model without vision, and stickers (never
+		// attached) read the descriptions.
+		img.wait(ctx, &l.Event)
+		ev = l.Event
 	}
 	var (
 		run        *runningTurn

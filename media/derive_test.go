@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -270,6 +271,8 @@ func TestDefinitive(t *testing.T) {
 		{fmt.Errorf("x: %w", media.ErrNoTranscriber), true},
 		{&agent.Error{Kind: agent.KindUnknown}, false},
 		{&agent.Error{Kind: agent.KindContextOverflow}, true},
+		{fmt.Errorf("fetch: %w", &net.DNSError{Err: "no such host", Name: "cdn.invalid", IsNotFound: true}), true},
+		{&net.DNSError{Err: "server misbehaving", Name: "cdn.example", IsTemporary: true}, false},
 	} {
 		if got := media.Definitive(tc.err); got != tc.want {
 			t.Errorf("Definitive(%v) = %v, want %v", tc.err, got, tc.want)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 
 	"github.com/personakit/persona/agent"
@@ -44,8 +45,9 @@ func (e *HTTPError) Error() string {
 // Definitive reports whether retrying the call that returned err cannot
 // help: content too large or of the wrong type, no way to fetch it, an
 // address the guard refuses, media the platform no longer has, an HTTP 4xx
-// other than 408 and 429, a missing vision model or transcriber, and model
-// errors that agent.Transient calls permanent. Timeouts, context errors,
+// other than 408 and 429, a host name that does not exist, a missing
+// vision model or transcriber, and model errors that agent.Transient calls
+// permanent. Timeouts, context errors,
 // network errors, 5xx and transient model errors are not definitive; nil
 // is not either.
 func Definitive(err error) bool {
@@ -72,5 +74,7 @@ func Definitive(err error) bool {
 		return he.Status >= 400 && he.Status < 500 &&
 			he.Status != http.StatusRequestTimeout && he.Status != http.StatusTooManyRequests
 	}
-	return false
+	// A host name that does not exist will not start to.
+	var de *net.DNSError
+	return errors.As(err, &de) && de.IsNotFound
 }

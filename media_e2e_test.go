@@ -169,8 +169,10 @@ func (r *mediaRun) emit(group bool, msg onebot.Message) string {
 	return ev.Key()
 }
 
-// await waits for an item's outcome, moving the fake clock on a second
-// at a time (so held media become due).
+// await waits for an item's outcome. When the item waits in the queue for
+// a time still to come (a held picture, a retry's backoff), the fake clock
+// is moved there; otherwise it stays, so that no call deadline of the
+// adapter (on the same clock) runs out under a slow test machine.
 func (r *mediaRun) await(id string) inbound.Outcome {
 	r.t.Helper()
 	var o inbound.Outcome
@@ -182,10 +184,27 @@ func (r *mediaRun) await(id string) inbound.Outcome {
 			o = got
 			return true
 		}
-		r.clk.Advance(time.Second)
+		rec, err := r.p.opt.Queue.Lookup(r.t.Context(), id)
+		if now := r.clk.Now(); err == nil && rec.Status == inbound.StatusPending && rec.AvailableAt.After(now) {
+			r.clk.Advance(rec.AvailableAt.Sub(now) + time.Millisecond)
+		}
 		return false
-	}, 20*time.Second, 10*time.Millisecond, "no outcome for %s", id)
+	}, 20*time.Second, 5*time.Millisecond, "no outcome for %s", id)
 	return o
+}
+
+// queued waits until the pipeline has every item in its queue (an adapter
+// hands messages over asynchronously).
+func (r *mediaRun) queued(ids ...string) {
+	r.t.Helper()
+	require.Eventually(r.t, func() bool {
+		for _, id := range ids {
+			if _, err := r.p.opt.Queue.Lookup(r.t.Context(), id); err != nil {
+				return false
+			}
+		}
+		return true
+	}, 20*time.Second, 5*time.Millisecond)
 }
 
 func (r *mediaRun) outcome(id string) (inbound.Outcome, bool) {
@@ -557,6 +576,7 @@ func TestMediaTelegramAlbumIsAnsweredOnce(t *testing.T) {
 	first := r.push(false, telegramtest.Incoming{Photo: photo("a1"), Caption: "our trip!", MediaGroupID: "album-7"})
 	second := r.push(false, telegramtest.Incoming{Photo: photo("a22"), MediaGroupID: "album-7"})
 	third := r.push(false, telegramtest.Incoming{Photo: photo("a333"), MediaGroupID: "album-7"})
+	r.queued(first, second, third) // as one getUpdates batch would deliver them
 	o := r.await(first)
 	require.Equal(t, outcome.Replied, o.Code, o.Reason)
 	for _, id := range []string{second, third} {
@@ -620,6 +640,7 @@ func TestMediaTelegramAlbumWithoutCaptionIsAnsweredOnce(t *testing.T) {
 		r.push(false, telegramtest.Incoming{Photo: photo("a22"), MediaGroupID: "album-8"}),
 		r.push(false, telegramtest.Incoming{Photo: photo("a333"), MediaGroupID: "album-8"}),
 	}
+	r.queued(ids...)
 	replied, superseded := 0, 0
 	for _, id := range ids {
 		switch o := r.await(id); o.Code {
@@ -649,19 +670,25 @@ func TestMediaTranscriberDownStillAnswers(t *testing.T) {
 		calls.Add(1)
 		return "", &agent.Error{Kind: agent.KindServer, Message: "503 from the speech server"}
 	})
-	r := startMediaRun(t, model, func(o *Options) {
-		o.Media.Transcriber, o.MaxAttempts = tr, 3
-		o.Lease = 24 * time.Hour // the test moves the clock fast; no lease may run out meanwhile
-	})
+	r := startMediaRun(t, model, func(o *Options) { o.Media.Transcriber, o.MaxAttempts = tr, 3 })
 	r.fake.AddMedia("v1.amr", onebottest.MediaFile{Bytes: []byte("ID3\x03\x00\x00\x00\x00\x00\x00abc")})
 	id := r.emit(false, onebot.Message{{Type: "record", Data: map[string]string{"file": "v1.amr"}}, onebot.TextSegment("Mira, are you there?")})
+	for k := 1; k < 3; k++ {
+		// Attempt k failed and its retry is recorded: move the clock past
+		// the backoff, and only then (the adapter's call deadlines run on
+		// the same clock).
+		require.Eventually(t, func() bool {
+			rec, err := r.p.opt.Queue.Lookup(t.Context(), id)
+			return err == nil && rec.Status == inbound.StatusPending && rec.Attempts == k
+		}, 20*time.Second, 5*time.Millisecond, "attempt %d", k)
+		r.clk.Advance(inbound.RetryDelay(k, 0, 0) + time.Second)
+	}
 	var o inbound.Outcome
 	require.Eventually(t, func() bool {
 		got, ok := r.outcome(id)
 		o = got
-		r.clk.Advance(time.Minute) // past each retry's backoff
 		return ok
-	}, 20*time.Second, 10*time.Millisecond)
+	}, 20*time.Second, 5*time.Millisecond)
 	require.Equal(t, outcome.Replied, o.Code, o.Reason)
 	require.Contains(t, o.Reason, "voice not transcribed")
 	require.Contains(t, o.Reason, "503 from the speech server")

@@ -127,7 +127,15 @@ func startMediaRun(t *testing.T, model *mediaModel, opt func(*Options)) *mediaRu
 	ch, err := onebot.New(onebot.Config{Mode: onebot.ModeForwardWS, URL: "ws" + strings.TrimPrefix(srv.URL, "http") + "/",
 		Logger: slog.New(slog.DiscardHandler), Clock: r.clk})
 	require.NoError(t, err)
-	o := Options{Channels: []channel.Channel{ch}, DataDir: t.TempDir(), Persona: "You are Mira.", Model: model,
+	r.run(ch, opt)
+	return r
+}
+
+// run starts the pipeline on ch (no router, no audit, the run's clock and
+// model) until the test ends; opt changes the options first.
+func (r *mediaRun) run(ch channel.Channel, opt func(*Options)) {
+	t := r.t
+	o := Options{Channels: []channel.Channel{ch}, DataDir: t.TempDir(), Persona: "You are Mira.", Model: r.model,
 		Clock: r.clk, NoPacing: true, NoRouter: true, AuditDisabled: func(string) bool { return true },
 		Logger: slog.New(slog.DiscardHandler),
 		OnOutcome: func(id string, o inbound.Outcome) {
@@ -150,7 +158,6 @@ func startMediaRun(t *testing.T, model *mediaModel, opt func(*Options)) *mediaRu
 		require.NoError(t, p.Close())
 	})
 	require.Eventually(t, p.anyReady, 10*time.Second, 5*time.Millisecond)
-	return r
 }
 
 // emit sends a message from mrUser (group when group is set) and returns
@@ -423,29 +430,7 @@ func startTelegramMediaRun(t *testing.T, model *mediaModel, opt func(*Options)) 
 	ch, err := telegram.New(telegram.Config{Token: telegramtest.DefaultToken, APIBase: r.tg.URL(), Clock: r.clk,
 		PollTimeout: time.Second, Logger: slog.New(slog.DiscardHandler)})
 	require.NoError(t, err)
-	o := Options{Channels: []channel.Channel{ch}, DataDir: t.TempDir(), Persona: "You are Mira.", Model: model,
-		Clock: r.clk, NoPacing: true, NoRouter: true, AuditDisabled: func(string) bool { return true },
-		Logger: slog.New(slog.DiscardHandler),
-		OnOutcome: func(id string, o inbound.Outcome) {
-			r.mu.Lock()
-			r.outs[id] = o
-			r.mu.Unlock()
-		}}
-	if opt != nil {
-		opt(&o)
-	}
-	p, err := New(o)
-	require.NoError(t, err)
-	r.p = p
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- p.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		require.NoError(t, <-done)
-		require.NoError(t, p.Close())
-	})
-	require.Eventually(t, p.anyReady, 10*time.Second, 5*time.Millisecond)
+	r.run(ch, opt)
 	return r
 }
 

@@ -10,7 +10,8 @@
 // package with a small interface:
 //
 //  1. channel: platform message → normalised channel.Event
-//     (channel/onebot, channel/telegram, or your own adapter)
+//     (channel/onebot, channel/telegram, channel/qqbot, channel/dingtalk,
+//     channel/feishu, channel/wecom, or your own adapter)
 //  2. inbound: the durable queue (idempotent enqueue, leases, retries) and
 //     the per-channel coordinator (checkpoints, reconnect backfill, gaps)
 //  3. gate, route: deterministic gates → direct triggers → router; the same

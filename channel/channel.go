@@ -62,8 +62,12 @@ type Outgoing struct {
 	Mentions []string
 	// Media are attachments sent with (or instead of) the text.
 	Media []Media
-	// IdempotencyKey is a stable key for this chunk (the delivery-ledger
-	// fingerprint). Platforms that accept a client-side dedupe key use it.
+	// IdempotencyKey identifies this chunk of this reply: the same on
+	// every attempt to send it (a retry, a resumed turn after a crash) and
+	// different for any other chunk, even one with the same text in the
+	// same chat. Platforms that accept a client-side dedupe key (Feishu's
+	// uuid) use it, and adapters that must number their replies (QQ's
+	// msg_seq) key them by it.
 	IdempotencyKey string
 }
 

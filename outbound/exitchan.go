@@ -2,6 +2,8 @@ package outbound
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -308,7 +310,7 @@ func (c *ExitChannel) SendSlot(ctx context.Context, n int, out channel.Outgoing)
 			return SlotResult{}, fmt.Errorf("outbound: ledger intent: %w", err)
 		}
 	}
-	final.IdempotencyKey = fp
+	final.IdempotencyKey = chunkKey(c.turn, n, fp)
 	rc, err := c.ch.Send(ctx, final)
 	if err != nil {
 		if ctx.Err() == nil {
@@ -710,4 +712,15 @@ func tidySpaces(s string) string {
 		lines[i] = b.String()
 	}
 	return strings.TrimSpace(strings.Join(lines, "\n"))
+}
+
+// chunkKey is the channel.Outgoing.IdempotencyKey of a chunk: the same for
+// every attempt of slot n of the turn, different for any other slot or
+// turn (the ledger fingerprint alone is the same for two turns that say
+// the same words in the same chat, and a platform that deduplicates by the
+// key would then swallow the second).
+func chunkKey(turn string, n int, fp string) string {
+	h := sha256.New()
+	fmt.Fprintf(h, "%d:%s|%d|%s", len(turn), turn, n, fp)
+	return hex.EncodeToString(h.Sum(nil))
 }

@@ -124,6 +124,17 @@ func TestExitDutiesHoldForACustomSender(t *testing.T) {
 	_, err = custom.Send(ctx, r)
 	require.NoError(t, err)
 	require.Len(t, ch.Sent(), 1)
+
+	// Another turn saying the same words in the same chat and slot is
+	// another chunk: a platform that deduplicates by the key must not
+	// swallow it.
+	other := reply(ch, "t2", "@1928374650 the password is hunter2-secret [[SILENT]]")
+	other.Channel = exit.Bind(ch, other.TurnID, other.SessionKey, true)
+	_, err = custom.Send(ctx, other)
+	require.NoError(t, err)
+	require.Len(t, ch.Sent(), 2)
+	require.NotEqual(t, sent[0].Out.IdempotencyKey, ch.Sent()[1].Out.IdempotencyKey)
+	require.Equal(t, led.slotsOf("t1")[0].Fingerprint, led.slotsOf("t2")[0].Fingerprint, "the same words: the same fingerprint")
 }
 
 // An intent a crash left behind is looked for back to its time, across

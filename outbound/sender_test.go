@@ -251,16 +251,20 @@ func TestSendChunksFirstCarriesQuoteAndMentions(t *testing.T) {
 		},
 	}, draft)
 
-	// Every slot is sent, with its fingerprint as the idempotency key.
+	// Every slot is sent, with its fingerprint in the ledger and an
+	// idempotency key of its own.
 	slots := led.slotsOf("t1")
 	require.Len(t, slots, 3)
+	keys := map[string]bool{}
 	for n, c := range draft.Chunks {
 		fp := outbound.Fingerprint(ch.Name(), ch.BotID(), groupChat, n, c)
 		require.Equal(t, outbound.SlotSent, slots[n].State)
 		require.Equal(t, fp, slots[n].Fingerprint)
 		require.Equal(t, []string{fmt.Sprintf("out-%d", n+1)}, slots[n].MessageIDs)
-		require.Equal(t, fp, sent[n].Out.IdempotencyKey)
+		require.Len(t, sent[n].Out.IdempotencyKey, 64)
+		keys[sent[n].Out.IdempotencyKey] = true
 	}
+	require.Len(t, keys, 3)
 }
 
 func TestSendRespectsTheChannelLimit(t *testing.T) {

@@ -251,3 +251,36 @@ func TestExitForwardOnce(t *testing.T) {
 	require.Len(t, ch.cards, 1, "the card went out once")
 	ch.mu.Unlock()
 }
+
+// richChannel is a channel that renders Markdown itself.
+type richChannel struct{ *chantest.Channel }
+
+func (richChannel) RichText() bool { return true }
+
+// A channel's capabilities are seen through the exit bound to it: a
+// Markdown channel keeps the reply's Markdown, a plain one gets text.
+func TestExitKeepsTheChannelsRichText(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		rich bool
+		want string
+	}{{"markdown channel", true, "**bold** move"}, {"plain channel", false, "bold move"}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			ch := chantest.New(chantest.Config{})
+			var target channel.Channel = ch
+			if tc.rich {
+				target = richChannel{ch}
+			}
+			exit, err := outbound.NewExit(outbound.ExitConfig{Ledger: newLedger()})
+			require.NoError(t, err)
+			s := newSender(t, outbound.SenderConfig{Ledger: newLedger(), NoPacing: true})
+			r := reply(ch, "t1", "**bold** move")
+			r.Channel = exit.Bind(target, r.TurnID, r.SessionKey, true)
+			_, err = s.Send(t.Context(), r)
+			require.NoError(t, err)
+			require.Equal(t, []string{tc.want}, texts(ch.Sent()))
+		})
+	}
+}

@@ -382,7 +382,9 @@ func (s *ChunkSender) buildDraft(ctx context.Context, r Reply) (Draft, *Delivery
 	}
 	text = StripControl(MaskSecrets(m.Text, s.cfg.Secrets))
 	rich := false
-	if rt, ok := r.Channel.(RichTexter); ok {
+	// Looked for through wrappers: r.Channel is the exit bound to the
+	// platform's channel.
+	if rt, ok := channel.As[RichTexter](r.Channel); ok {
 		rich = rt.RichText()
 	}
 	sh := ShapeReply(ctx, text, channel.LimitOf(r.Channel), ShapeOptions{Split: s.cfg.Split, RichText: rich,

@@ -65,11 +65,10 @@ func (c *Channel) serveAIBot(w http.ResponseWriter, r *http.Request, sink channe
 	}
 	// The stream exists before the sink has the event: a reply may be
 	// sent as soon as the event is stored.
-	st, created := c.streams.open(ev.MessageID, ev.Chat, responseURL, c.clk.Now())
-	if err := sink.HandleEvent(r.Context(), ev); err != nil {
-		if created {
-			c.streams.discard(st)
-		}
+	st := c.streams.open(ev.MessageID, ev.Chat, responseURL, c.clk.Now())
+	err = sink.HandleEvent(r.Context(), ev)
+	c.streams.release(st, err == nil)
+	if err != nil {
 		c.log.Warn("wecom_event_nacked", "chat", ev.Chat.String(), "message_id", ev.MessageID, "err", err,
 			"effect", "answered 503; WeCom retries")
 		http.Error(w, "not accepted, retry later", http.StatusServiceUnavailable)

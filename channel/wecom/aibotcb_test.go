@@ -1,10 +1,13 @@
 package wecom_test
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -350,4 +353,69 @@ func newHook(t *testing.T, ch *wecom.Channel) string {
 	t.Helper()
 	hs := httptestServer(t, ch)
 	return hs + "/wecom"
+}
+
+// gateSink refuses the first event after holding it until released; it
+// accepts the others.
+type gateSink struct {
+	*recSink
+	calls   atomic.Int32
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (g *gateSink) HandleEvent(ctx context.Context, ev channel.Event) error {
+	if g.calls.Add(1) == 1 {
+		close(g.entered)
+		<-g.release
+		return errors.New("refused late")
+	}
+	return g.recSink.HandleEvent(ctx, ev)
+}
+
+// TestAIBotCallbackLateRefusal: WeCom's retry of a callback arrives while
+// the first delivery is still in the sink; the retry is accepted and
+// answered with the stream; then the first delivery is refused. The
+// stream stays: a reply to the message joins it.
+func TestAIBotCallbackLateRefusal(t *testing.T) {
+	t.Parallel()
+	clk := clock.NewFake(time.Unix(1_700_000_000, 0))
+	e := newEnv(t, wecomtest.ModeAIBot, func(c *wecomtest.Config) { c.Clock, c.ManualPoll = clk, true },
+		func(c *wecom.Config) { c.Clock = clk })
+	sink := &gateSink{recSink: newRecSink(), entered: make(chan struct{}), release: make(chan struct{})}
+	run(t, e.ch, sink)
+	sink.waitOnline(t, true)
+	ctx := tctx(t)
+
+	// The message, built by the fake without reaching the adapter.
+	e.srv.SetCallbackURL(httptestServer(t, http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})))
+	m, err := e.srv.Push(ctx, wecomtest.Incoming{Chat: alice, Text: "在吗"})
+	require.NoError(t, err)
+	e.srv.SetCallbackURL(e.hook.URL + "/wecom")
+
+	first := make(chan int, 1)
+	go func() {
+		status, _, err := e.srv.PushRaw(ctx, m.Plain)
+		if err != nil {
+			status = -1
+		}
+		first <- status
+	}()
+	select {
+	case <-sink.entered:
+	case <-ctx.Done():
+		t.Fatal("the first delivery never reached the sink")
+	}
+	status, body, err := e.srv.PushRaw(ctx, m.Plain) // the retry
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, status)
+	plain, err := e.srv.OpenReply(body)
+	require.NoError(t, err)
+	require.Contains(t, string(plain), wecom.StreamID(m.ID))
+	close(sink.release)
+	require.Equal(t, http.StatusServiceUnavailable, <-first)
+
+	rc, err := e.ch.Send(ctx, channel.Outgoing{Chat: alice, Text: "在的", ReplyTo: m.ID, IdempotencyKey: "k0"})
+	require.NoError(t, err, "the stream the retry answered with is still there")
+	require.Equal(t, []string{wecom.StreamID(m.ID) + "#0"}, rc.MessageIDs)
 }

@@ -363,8 +363,10 @@ func (c *Channel) wsSession(ctx context.Context, r *reporter, queue chan<- wsInb
 
 	body := map[string]string{"bot_id": c.cfg.BotID, "secret": c.cfg.Secret}
 	if _, err := c.wsRequest(sctx, w, cmdSubscribe, cmdSubscribe+"_"+randomID(8), body); err != nil {
+		// Only a refusal of the credentials ends Run; anything else (busy,
+		// rate limited, an unknown code) is tried again after a backoff.
 		var ae *APIError
-		if errors.As(err, &ae) && ae.Code != codeBusy {
+		if errors.As(err, &ae) && credentialCode(ae.Code) {
 			return fmt.Errorf("%w: %w", ErrUnauthorized, ae)
 		}
 		return err

@@ -2,6 +2,7 @@ package wecom_test
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"strings"
 	"testing"
@@ -197,6 +198,26 @@ func TestWSRunEnds(t *testing.T) {
 		require.NotContains(t, err.Error(), "wrong-secret-value")
 		require.NotContains(t, buf.String(), "wrong-secret-value")
 	})
+}
+
+// TestWSSubscribeRefusedTransiently: a subscription refused with an
+// errcode that is not about the credentials (rate limit, busy, unknown)
+// is tried again after a backoff; Run does not end.
+func TestWSSubscribeRefusedTransiently(t *testing.T) {
+	t.Parallel()
+	for _, code := range []int{wecomtest.CodeFreqLimit, wecomtest.CodeBusy, 600001} {
+		t.Run(fmt.Sprint(code), func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t, wecomtest.ModeAIBotWS, nil, nil)
+			e.srv.FailNext("aibot_subscribe", wecomtest.Failure{ErrCode: code})
+			sink := newRecSink()
+			stop := run(t, e.ch, sink)
+			sink.waitOnline(t, true)
+			require.True(t, e.srv.Subscribed())
+			require.Equal(t, 2, e.srv.Dials(), "subscribed on the second connection")
+			require.NoError(t, stop())
+		})
+	}
 }
 
 // TestWSLostAcknowledgement: a chunk WeCom applied but whose

@@ -120,6 +120,16 @@ func newAPIError(op string, code int, msg string, media bool) *APIError {
 	return e
 }
 
+// credentialCode reports whether code says the credentials (corp id,
+// secret, agent id, or an AI bot's id and secret) are refused.
+func credentialCode(code int) bool {
+	switch code {
+	case codeInvalidSecret, codeInvalidCorpID, codeInvalidAgent, codeSecretRevoked:
+		return true
+	}
+	return false
+}
+
 // tokenRefreshed reports whether code says the access token must be
 // fetched again.
 func tokenRefreshed(code int) bool { return code == codeInvalidToken || code == codeTokenExpired }

@@ -263,45 +263,41 @@ func (c *Channel) sendApp(ctx context.Context, out channel.Outgoing) (channel.Re
 		}
 		bodies = append(bodies, map[string]any{"msgtype": typ, typ: map[string]string{"media_id": m.FileID}})
 	}
-	// A repeat of a chunk whose answer was lost is sent again only when
-	// WeCom drops duplicates; otherwise it counts as delivered.
-	if e, ok := c.sent.attempt(out.IdempotencyKey); ok && c.cfg.DuplicateCheck < 0 {
-		c.log.Warn("wecom_delivery_assumed", "chat", out.Chat.String(),
-			"detail", "an earlier attempt of this chunk got no answer and duplicate checking is off; not sending it again")
-		return channel.Receipt{MessageIDs: []string{e.reqID}}, nil
-	}
-	var rc channel.Receipt
-	for i, b := range bodies {
-		media := b["msgtype"] != "text"
-		b["safe"] = 0
-		var (
-			id  string
-			err error
-		)
-		if out.Chat.Kind == channel.Group {
-			b["chatid"] = out.Chat.ID
-			var ans struct {
-				MsgID string `json:"msgid"`
+	// A message is one call per part (the text, then each attachment).
+	// An earlier attempt of this chunk may have delivered some parts and
+	// left one whose answer was lost: the delivered ones are not sent
+	// again, and the uncertain one only where WeCom deduplicates it.
+	key := out.IdempotencyKey
+	prev, _ := c.sent.pending(key)
+	rc := channel.Receipt{MessageIDs: slices.Clone(prev.parts)}
+	for i := len(prev.parts); i < len(bodies); i++ {
+		b := bodies[i]
+		uncertain := prev.unsure && i == len(prev.parts)
+		var dedupe time.Duration
+		if uncertain {
+			var ok bool
+			if dedupe, ok = c.retryDedupe(out.Chat, prev.started); !ok {
+				c.log.Warn("wecom_delivery_assumed", "chat", out.Chat.String(), "part", i,
+					"detail", "an earlier attempt of this part got no answer and WeCom cannot drop a copy of it; not sending it again")
+				rc.MessageIDs = append(rc.MessageIDs, prev.reqID)
+				continue
 			}
-			err = c.appCall(ctx, "appchat/send", "/cgi-bin/appchat/send", b, &ans, media)
-			id = ans.MsgID
-		} else {
-			b["touser"] = out.Chat.ID
-			b["agentid"] = c.cfg.AgentID
-			if c.cfg.DuplicateCheck > 0 {
-				b["enable_duplicate_check"] = 1
-				b["duplicate_check_interval"] = int64(c.cfg.DuplicateCheck / time.Second)
-			}
-			var ans appSendAnswer
-			err = c.appCall(ctx, "message/send", "/cgi-bin/message/send", b, &ans, media)
-			if err == nil {
-				err = recipientRefused(out.Chat.ID, ans)
-			}
-			id = ans.MsgID
 		}
+		started := c.clk.Now()
+		id, err := c.sendAppPart(ctx, out.Chat, b, dedupe)
 		if err != nil {
-			if i == 0 && maybeSent(err) {
-				c.sent.unsure(out.IdempotencyKey, sentEntry{kind: "app", reqID: "unconfirmed-" + shortKey(out.IdempotencyKey), chat: out.Chat})
+			// Remember what this attempt achieved: the parts delivered,
+			// and whether this one may have reached WeCom (now, or in the
+			// earlier attempt this one repeated).
+			e := sentEntry{kind: "app", chat: out.Chat, parts: slices.Clone(rc.MessageIDs)}
+			switch {
+			case uncertain:
+				e.unsure, e.reqID, e.started = true, prev.reqID, prev.started
+			case maybeSent(err):
+				e.unsure, e.reqID, e.started = true, fmt.Sprintf("unconfirmed-%s-%d", shortKey(key), i), started
+			}
+			if e.unsure || len(e.parts) > 0 {
+				c.sent.record(key, e)
 			}
 			var ae *APIError
 			if errors.As(err, &ae) && ae.Code == codeIPNotAllowed {
@@ -310,13 +306,71 @@ func (c *Channel) sendApp(ctx context.Context, out channel.Outgoing) (channel.Re
 			}
 			return rc, err
 		}
-		if id == "" {
-			id = "wecom-" + randomID(8) // appchat/send answers without a msgid
-		}
 		rc.MessageIDs = append(rc.MessageIDs, id)
 	}
 	rc.Time = c.clk.Now()
 	return rc, nil
+}
+
+// retryDedupe decides how a part whose earlier attempt (begun at
+// started) got no answer is sent again: with message/send's duplicate
+// check over the returned interval, or (ok false) not at all, where WeCom
+// cannot drop a copy — appchat/send has no duplicate check, the check is
+// off (Config.DuplicateCheck < 0), or the interval needed is longer than
+// Config.DuplicateCheck.
+//
+// The interval is the shortest that covers the retry: the time since the
+// earlier attempt began plus three CallTimeouts (the retry may take a
+// token refresh and a second call to reach WeCom), in whole seconds.
+// WeCom compares content, so the check is never set on a first attempt:
+// it would also drop a different message that happens to say the same
+// thing (two turns both answering "好的").
+func (c *Channel) retryDedupe(chat channel.Chat, started time.Time) (time.Duration, bool) {
+	if chat.Kind == channel.Group || c.cfg.DuplicateCheck < 0 {
+		return 0, false
+	}
+	d := max(c.clk.Now().Sub(started), 0) + 3*c.cfg.CallTimeout
+	d = (d + time.Second - 1).Truncate(time.Second)
+	if d > c.cfg.DuplicateCheck {
+		return 0, false
+	}
+	return d, true
+}
+
+// sendAppPart sends one part of a message (a message/send or appchat/send
+// body without its recipient) and returns its message id. dedupe > 0
+// sets message/send's duplicate check with that interval.
+func (c *Channel) sendAppPart(ctx context.Context, chat channel.Chat, b map[string]any, dedupe time.Duration) (string, error) {
+	media := b["msgtype"] != "text"
+	b["safe"] = 0
+	if chat.Kind == channel.Group {
+		b["chatid"] = chat.ID
+		var ans struct {
+			MsgID string `json:"msgid"`
+		}
+		if err := c.appCall(ctx, "appchat/send", "/cgi-bin/appchat/send", b, &ans, media); err != nil {
+			return "", err
+		}
+		if ans.MsgID == "" {
+			return "wecom-" + randomID(8), nil // appchat/send answers without a msgid
+		}
+		return ans.MsgID, nil
+	}
+	b["touser"] = chat.ID
+	b["agentid"] = c.cfg.AgentID
+	if dedupe > 0 {
+		b["enable_duplicate_check"] = 1
+		b["duplicate_check_interval"] = int64(dedupe / time.Second)
+	}
+	var ans appSendAnswer
+	err := c.appCall(ctx, "message/send", "/cgi-bin/message/send", b, &ans, media)
+	if err == nil {
+		err = recipientRefused(chat.ID, ans)
+	}
+	if err != nil {
+		return "", err
+	}
+	return ans.MsgID, nil
 }
 
 // recipientRefused turns a message/send answer that names the recipient

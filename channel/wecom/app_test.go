@@ -293,6 +293,111 @@ func TestAppResendAfterLostAnswer(t *testing.T) {
 	}
 }
 
+// TestAppSameTextDifferentChunks: two chunks (different idempotency keys)
+// that say the same thing to the same user are two messages: the
+// duplicate check, which compares content, is not set on a first
+// attempt.
+func TestAppSameTextDifferentChunks(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, wecomtest.ModeApp, nil, nil)
+	ctx := tctx(t)
+	rc1, err := e.ch.Send(ctx, channel.Outgoing{Chat: alice, Text: "好的", IdempotencyKey: "turn-1#0"})
+	require.NoError(t, err)
+	rc2, err := e.ch.Send(ctx, channel.Outgoing{Chat: alice, Text: "好的", IdempotencyKey: "turn-2#0"})
+	require.NoError(t, err)
+	sent := e.srv.Sent()
+	require.Len(t, sent, 2, "both replies delivered")
+	require.Zero(t, e.srv.Duplicates())
+	require.NotEqual(t, rc1.MessageIDs, rc2.MessageIDs)
+	require.Equal(t, []string{sent[0].MessageID}, rc1.MessageIDs)
+	require.Equal(t, []string{sent[1].MessageID}, rc2.MessageIDs)
+}
+
+// TestAppGroupResendAfterLostAnswer: appchat/send has no duplicate check,
+// so a group chunk whose answer was lost counts as delivered on the
+// retry instead of being shown twice.
+func TestAppGroupResendAfterLostAnswer(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, wecomtest.ModeApp, nil, nil)
+	ctx := tctx(t)
+	out := channel.Outgoing{Chat: room, Text: "大家好", IdempotencyKey: "fp-group"}
+	e.srv.FailNext("appchat/send", wecomtest.Failure{Drop: true})
+	_, err := e.ch.Send(ctx, out)
+	require.Error(t, err)
+	require.Equal(t, channel.ClassTransient, channel.Classify(err))
+	require.Len(t, e.srv.Sent(), 1, "WeCom took it")
+	rc, err := e.ch.Send(ctx, out)
+	require.NoError(t, err)
+	require.NotEmpty(t, rc.MessageIDs)
+	require.Len(t, e.srv.Sent(), 1, "shown once")
+}
+
+// TestAppLaterPartLost: a message of text and media is a call per part;
+// when a later part fails, the retry does not send the parts delivered
+// before it again, and the uncertain part is sent again with the
+// duplicate check (private chat) or counts as delivered (group).
+func TestAppLaterPartLost(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		chat channel.Chat
+		op   string
+		f    wecomtest.Failure
+		// after the retry
+		sent, duplicates int
+	}{
+		{"private lost answer", alice, "message/send", wecomtest.Failure{Drop: true}, 2, 1},
+		{"private refused", alice, "message/send", wecomtest.Failure{ErrCode: wecomtest.CodeBusy}, 2, 0},
+		{"group lost answer", room, "appchat/send", wecomtest.Failure{Drop: true}, 2, 0},
+		{"group refused", room, "appchat/send", wecomtest.Failure{ErrCode: wecomtest.CodeBusy}, 2, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t, wecomtest.ModeApp, nil, nil)
+			ctx := tctx(t)
+			pic := e.srv.AddMedia([]byte("\x89PNG picture"), "image/png")
+			out := channel.Outgoing{Chat: tc.chat, Text: "看图", IdempotencyKey: "fp-media",
+				Media: []channel.Media{{FileID: pic, MIME: "image/png"}}}
+			e.srv.FailAfter(tc.op, 1, tc.f)
+			rc, err := e.ch.Send(ctx, out)
+			require.Error(t, err)
+			require.Len(t, rc.MessageIDs, 1, "the text was delivered")
+			textID := rc.MessageIDs[0]
+
+			rc, err = e.ch.Send(ctx, out)
+			require.NoError(t, err)
+			sent := e.srv.Sent()
+			require.Len(t, sent, tc.sent, "each part shown once")
+			require.Equal(t, "text", sent[0].MsgType)
+			require.Equal(t, "image", sent[1].MsgType)
+			require.Equal(t, tc.duplicates, e.srv.Duplicates())
+			require.Len(t, rc.MessageIDs, 2)
+			require.Equal(t, textID, rc.MessageIDs[0], "the text's first id")
+		})
+	}
+}
+
+// TestAppResendTooLate: a chunk whose answer was lost and that is sent
+// again later than Config.DuplicateCheck counts as delivered: no
+// duplicate check can cover the earlier attempt any more.
+func TestAppResendTooLate(t *testing.T) {
+	t.Parallel()
+	clk := clock.NewFake(time.Unix(1_700_000_000, 0))
+	e := newEnv(t, wecomtest.ModeApp, func(c *wecomtest.Config) { c.Clock = clk }, func(c *wecom.Config) {
+		c.Clock, c.DuplicateCheck = clk, time.Minute
+	})
+	ctx := tctx(t)
+	out := channel.Outgoing{Chat: alice, Text: "late", IdempotencyKey: "fp-late"}
+	e.srv.FailNext("message/send", wecomtest.Failure{Drop: true})
+	_, err := e.ch.Send(ctx, out)
+	require.Error(t, err)
+	clk.Advance(2 * time.Minute)
+	_, err = e.ch.Send(ctx, out)
+	require.NoError(t, err)
+	require.Len(t, e.srv.Sent(), 1, "not sent again")
+	require.Zero(t, e.srv.Duplicates())
+}
+
 // TestAppNackRedelivered: a refused callback is answered 503, WeCom posts
 // it again, and the second delivery is accepted.
 func TestAppNackRedelivered(t *testing.T) {

@@ -63,9 +63,11 @@ const (
 	DefaultReplayWindow = 5 * time.Minute
 	// DefaultMaxBodyBytes bounds a callback request body.
 	DefaultMaxBodyBytes = 1 << 20
-	// DefaultDuplicateCheck is message/send's duplicate_check_interval:
-	// WeCom drops a message identical to one sent to the same recipients
-	// within it, so a chunk sent again after a lost answer arrives once.
+	// DefaultDuplicateCheck is how long after an attempt whose answer was
+	// lost a private-chat chunk is still sent again with message/send's
+	// duplicate check (WeCom drops a message identical to one sent to the
+	// same user within duplicate_check_interval), so that it arrives
+	// once. See Config.DuplicateCheck.
 	DefaultDuplicateCheck = 30 * time.Minute
 	// MaxDuplicateCheck is the longest interval WeCom accepts (4 h).
 	MaxDuplicateCheck = 4 * time.Hour
@@ -117,9 +119,16 @@ type Config struct {
 	// it at wecomtest.Server.URL. An AI bot's response_url must be on the
 	// same scheme and host.
 	APIBase string
-	// DuplicateCheck is message/send's duplicate_check_interval (ModeApp;
-	// 0 = DefaultDuplicateCheck, at most MaxDuplicateCheck, negative =
-	// off). See DefaultDuplicateCheck.
+	// DuplicateCheck bounds message/send's duplicate check (ModeApp; 0 =
+	// DefaultDuplicateCheck, at most MaxDuplicateCheck, negative = off).
+	// WeCom compares content, so the check is never set on a first
+	// attempt (it would drop a different reply that says the same thing);
+	// it is set only when a part whose earlier attempt got no answer is
+	// sent again, with the shortest interval covering that attempt (the
+	// time since it began plus three CallTimeouts). A repeat later than
+	// DuplicateCheck after the earlier attempt, with the check off, or to
+	// a group chat (appchat/send has no check) is not sent again: it
+	// counts as delivered.
 	DuplicateCheck time.Duration
 
 	// BotID is the AI bot's id (ModeAIBotWS: required, the bot_id of the

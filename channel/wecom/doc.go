@@ -61,12 +61,15 @@
 // ([Channel.TextLimit], [MaxTextBytes], the pipeline's chunk size in every
 // mode).
 //
-//   - App: message/send {touser, msgtype text, agentid, safe 0} with
-//     enable_duplicate_check and duplicate_check_interval
-//     ([Config.DuplicateCheck], 30 min by default): a chunk sent again
-//     after its answer was lost is dropped by WeCom instead of shown
-//     twice. Media go by media_id (Media.FileID); ReplyTo and Mentions
-//     have no equivalent and are left out. The receipt is the msgid.
+//   - App: message/send {touser, msgtype text, agentid, safe 0}, one call
+//     for the text and one per attachment. WeCom's duplicate check
+//     compares content, so it is never set on a first attempt (two
+//     replies that say the same thing are two messages); a part whose
+//     answer was lost is sent again with enable_duplicate_check and the
+//     shortest duplicate_check_interval covering the earlier attempt, and
+//     WeCom drops it if the first one arrived. Media go by media_id
+//     (Media.FileID); ReplyTo and Mentions have no equivalent and are left
+//     out. The receipt is the msgid.
 //   - AI bot, callbacks: the answer to a message callback opens a stream
 //     whose id [StreamID] derives from the message id (finish false,
 //     empty). Send appends the chunk to a stream — the one of the message
@@ -82,7 +85,8 @@
 //     with none left the send is a *channel.RejectedError "no_reply_path":
 //     an AI bot on callbacks cannot write on its own. Receipts are
 //     "<stream id>#<n>". With [Config.StateDir] the streams survive a
-//     restart (a file rewritten on every change), so a restarted process
+//     restart (a file rewritten after every change, outside the lock,
+//     coalesced), so a restarted process
 //     goes on answering WeCom's polls with the chunks sent before.
 //   - AI bot, long connection: a chunk answers the quoted message
 //     (ReplyTo), else — unless the bot wrote to the chat within StreamIdle,
@@ -134,7 +138,8 @@
 // receiver id is 403, a malformed body or plaintext 400 (see
 // [Channel.ServeHTTP]); a retried callback is delivered again and the
 // pipeline's idempotent enqueue drops the repeat, and the AI bot answers
-// it with the same stream. The long connection has no acknowledgement
+// it with the same stream (dropped only when no delivery of the message
+// was accepted, also when a retry overtakes a slow first one). The long connection has no acknowledgement
 // for received messages and no redelivery: a refused message is handed
 // to the sink again after a backoff, holding back the ones behind it (at
 // most 256 wait; more are logged and dropped).
@@ -148,8 +153,11 @@
 // is down (channel.ErrOffline), pings every [Config.PingInterval] and
 // redials after two unanswered pings or any failure, with backoff
 // ([Config.RetryMin] doubling to [Config.RetryMax], ±20 % jitter, on
-// [Config.Clock]). Refused credentials end Run with [ErrUnauthorized]; a
-// newer connection for the same bot ends it with [ErrSuperseded].
+// [Config.Clock]). Refused credentials (errcode 40001, 40013, 40056 or
+// 40091 on aibot_subscribe) end Run with [ErrUnauthorized]; any other
+// refusal of the subscription (busy, rate limited …) is retried with
+// the backoff; a newer connection for the same bot ends Run with
+// [ErrSuperseded].
 // ModeAIBot has nothing to watch and is online while Run is active.
 //
 // Errors. Every API call and every acknowledged frame has the
@@ -159,13 +167,18 @@
 // invaliduser kicked, other codes a definitive rejection with the
 // errcode.
 //
-// Exactly once. The IdempotencyKey of a [channel.Outgoing] (the delivery ledger's
-// fingerprint) is remembered per chunk: a repeat of a delivered chunk
-// gets its receipt back, and a repeat of one whose answer was lost is
-// sent again only where WeCom applies it once (message/send with the
-// duplicate check, a stream answer on the same req_id); otherwise
-// (aibot_send_msg, a response_url) it counts as delivered and is not
-// sent twice.
+// Exactly once. The IdempotencyKey of a [channel.Outgoing] (unique per
+// turn and reply slot, the same on every attempt of that chunk) is
+// remembered per chunk: a repeat of a delivered chunk gets its receipt
+// back; of an app message whose text or attachments were partly
+// delivered, only the rest is sent; and a part whose answer was lost is
+// sent again only where WeCom applies it once (message/send to a user
+// with the duplicate check, within [Config.DuplicateCheck] of the
+// earlier attempt; a stream answer on the same req_id). Otherwise
+// (appchat/send to a group, the duplicate check off or too late,
+// aibot_send_msg, a response_url) it counts as delivered and is not sent
+// twice. Chunks with different keys are always sent, even with the same
+// text.
 //
 // Not supported: uploads (media go by media_id), quotes and mentions in
 // app messages, template cards, message history, typing indicators,

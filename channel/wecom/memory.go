@@ -39,6 +39,11 @@ type sentEntry struct {
 	streamID string
 	chat     channel.Chat
 	at       time.Time
+	// parts are the message ids of the parts of an app message that an
+	// earlier attempt delivered; started is when the attempt of the
+	// uncertain part after them began (Config.Clock).
+	parts   []string
+	started time.Time
 }
 
 func newSentMemory() *sentMemory { return &sentMemory{m: map[string]*sentEntry{}} }
@@ -74,6 +79,15 @@ func (s *sentMemory) unsure(key string, e sentEntry) {
 	s.put(key, &e)
 }
 
+// record records what an unfinished attempt achieved, as e says.
+func (s *sentMemory) record(key string, e sentEntry) {
+	if key == "" {
+		return
+	}
+	e.at = time.Now()
+	s.put(key, &e)
+}
+
 // attempt returns the unsure attempt recorded for key.
 func (s *sentMemory) attempt(key string) (sentEntry, bool) {
 	if key == "" {
@@ -83,6 +97,21 @@ func (s *sentMemory) attempt(key string) (sentEntry, bool) {
 	defer s.mu.Unlock()
 	e, ok := s.m[key]
 	if !ok || !e.unsure {
+		return sentEntry{}, false
+	}
+	return *e, true
+}
+
+// pending returns what an earlier, unfinished attempt of key achieved
+// (an app message's delivered parts, an uncertain attempt).
+func (s *sentMemory) pending(key string) (sentEntry, bool) {
+	if key == "" {
+		return sentEntry{}, false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e, ok := s.m[key]
+	if !ok || e.done {
 		return sentEntry{}, false
 	}
 	return *e, true

@@ -52,6 +52,15 @@ type stream struct {
 	Finished bool   `json:"finished,omitempty"`
 	// FinishSeen: a poll got the finished stream (informational).
 	FinishSeen bool `json:"finish_seen,omitempty"`
+
+	// users counts the callbacks of the message whose sink call is in
+	// progress (a retry may arrive while the first is still in it);
+	// settled says one was accepted, or that the stream existed before
+	// with none in progress (loaded, taken up by a poll, or accepted).
+	// A refused callback drops the stream only when it was the last user
+	// and none settled it.
+	users   int
+	settled bool
 }
 
 type streamChunk struct {
@@ -72,7 +81,7 @@ func (s *stream) content() string {
 func (s *stream) chunkID(i int) string { return fmt.Sprintf("%s#%d", s.ID, i) }
 
 // streamStore keeps ModeAIBot's streams, in memory and (with a path) in a
-// file rewritten after every change.
+// file rewritten after every change (see flush).
 type streamStore struct {
 	c    *Channel
 	path string
@@ -80,6 +89,10 @@ type streamStore struct {
 	mu   sync.Mutex
 	byID map[string]*stream
 	seq  uint64
+	// ver counts the changes, written is the change the file has (both
+	// under mu); writeMu serialises the writes.
+	ver, written uint64
+	writeMu      sync.Mutex
 }
 
 func newStreamStore(c *Channel, dir string) (*streamStore, error) {
@@ -114,20 +127,41 @@ func newStreamStore(c *Channel, dir string) (*streamStore, error) {
 	return s, nil
 }
 
-// saveLocked writes the store to its file (write, sync, rename).
-func (s *streamStore) saveLocked() {
+// saveLocked notes a change for the file; the method that made it
+// writes the file with flush once it released the lock.
+func (s *streamStore) saveLocked() { s.ver++ }
+
+// flush writes the store to its file (write, sync, rename) when it
+// changed since the last write. The snapshot is taken under the lock,
+// the file is written outside it, so polls and sends are not held up by
+// the disk; writes are serialised, and callers waiting for one are
+// covered by the newest snapshot at once (coalesced). A caller returns
+// once its change is on disk.
+func (s *streamStore) flush() {
 	if s.path == "" {
 		return
 	}
+	s.writeMu.Lock()
+	defer s.writeMu.Unlock()
+	s.mu.Lock()
+	if s.ver == s.written {
+		s.mu.Unlock()
+		return
+	}
+	v := s.ver
 	list := make([]*stream, 0, len(s.byID))
 	for _, st := range s.byID {
 		list = append(list, st)
 	}
 	sort.Slice(list, func(i, j int) bool { return list[i].Created.Before(list[j].Created) })
 	b, err := json.Marshal(list)
+	s.mu.Unlock()
 	if err == nil {
 		err = writeFileAtomic(s.path, b)
 	}
+	s.mu.Lock()
+	s.written = v
+	s.mu.Unlock()
 	if err != nil {
 		s.c.log.Error("wecom_streams_save_failed", "path", s.path, "err", err,
 			"effect", "a restart would lose the open streams")
@@ -154,17 +188,22 @@ func writeFileAtomic(path string, b []byte) error {
 	return os.Rename(tmp.Name(), path)
 }
 
-// open returns the stream answering msgID, creating it (created).
-func (s *streamStore) open(msgID string, chat channel.Chat, responseURL string, now time.Time) (st *stream, created bool) {
+// open returns the stream answering msgID, creating it, for a callback
+// about to call the sink; release must follow with the sink's verdict.
+func (s *streamStore) open(msgID string, chat channel.Chat, responseURL string, now time.Time) *stream {
+	defer s.flush() // after the unlock
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	id := StreamID(msgID)
 	st, ok := s.byID[id]
-	if !ok {
+	switch {
+	case !ok:
 		st = &stream{ID: id, MsgID: msgID, Chat: chat, Created: now}
 		s.byID[id] = st
-		created = true
+	case st.users == 0:
+		st.settled = true
 	}
+	st.users++
 	if st.ResponseURL == "" && responseURL != "" {
 		st.ResponseURL = responseURL
 	}
@@ -173,15 +212,23 @@ func (s *streamStore) open(msgID string, chat channel.Chat, responseURL string, 
 	}
 	s.pruneLocked(now)
 	s.saveLocked()
-	return st, created
+	return st
 }
 
-// discard drops a stream opened for a message the sink refused, unless a
-// chunk reached it meanwhile.
-func (s *streamStore) discard(st *stream) {
+// release ends a callback's use of st: accepted settles the stream; a
+// refusal drops it when no other callback of the message is in the sink,
+// none was accepted and no chunk reached it (a retry that was answered
+// with it keeps it).
+func (s *streamStore) release(st *stream, accepted bool) {
+	defer s.flush() // after the unlock
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if len(st.Chunks) == 0 && s.byID[st.ID] == st {
+	st.users--
+	if accepted {
+		st.settled = true
+		return
+	}
+	if st.users == 0 && !st.settled && len(st.Chunks) == 0 && s.byID[st.ID] == st {
 		delete(s.byID, st.ID)
 		s.saveLocked()
 	}
@@ -206,6 +253,7 @@ func (s *streamStore) finishedLocked(st *stream, now time.Time) bool {
 // StateDir) is taken up empty, so that the chunks a resumed turn sends
 // still reach it.
 func (s *streamStore) poll(id string, chat channel.Chat, now time.Time) (content string, finished bool) {
+	defer s.flush() // after the unlock
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st, ok := s.byID[id]
@@ -238,6 +286,7 @@ type route struct {
 // else its oldest empty open stream; a chunk that cannot join a stream
 // uses a response_url.
 func (s *streamStore) target(out channel.Outgoing, now time.Time) route {
+	defer s.flush() // after the unlock
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	fits := func(st *stream) bool {
@@ -302,6 +351,7 @@ func (s *streamStore) target(out channel.Outgoing, now time.Time) route {
 // appendChunk adds a chunk to st and returns its index; a chunk with the
 // same key as one already in the stream is not added again.
 func (s *streamStore) appendChunk(st *stream, key, text string, now time.Time) (int, error) {
+	defer s.flush() // after the unlock
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if key != "" {
@@ -327,6 +377,7 @@ var errStreamFinished = errors.New("wecom: the stream finished")
 
 // takeURL marks st's response_url used and returns it.
 func (s *streamStore) takeURL(st *stream) (string, bool) {
+	defer s.flush() // after the unlock
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if st.URLUsed || st.ResponseURL == "" {
@@ -340,6 +391,7 @@ func (s *streamStore) takeURL(st *stream) (string, bool) {
 // prune drops streams whose response_url expired, and the oldest beyond
 // maxStreams.
 func (s *streamStore) prune(now time.Time) {
+	defer s.flush() // after the unlock
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	n := len(s.byID)

@@ -105,11 +105,14 @@ func envFor(t *testing.T, srv *wecomtest.Server) map[string]string {
 	return env
 }
 
-// serving waits for the callback URL in the banner and points srv at it.
+// serving waits for the callback URL in the banner and points srv at it,
+// then for the adapter to report online: the banner comes before the
+// channel runs, and until Run is active callbacks are answered 503.
 func serving(t *testing.T, b *bot, srv *wecomtest.Server) {
 	t.Helper()
 	m := waitFor(t, b.stdout, `http: +serving callbacks at (http://127\.0\.0\.1:\d+/)`)
 	srv.SetCallbackURL(m[1] + "wecom")
+	waitFor(t, b.stderr, `msg=wecom_state .*online=true`)
 }
 
 // requireEcho checks the offline demo reply: two chunks.

@@ -21,7 +21,7 @@ const maxResponseBytes = 4 << 20
 // error-trace/openapi.md and send.md, botgo errs/err.go; codes marked
 // [3p] were seen in answers users reported and are not in the docs.
 const (
-	codeMsgLimitExceed     = 22009    // msg limit exceed: sending too often
+	codeMsgLimitExceed     = 22009    // msg limit exceed: sending too often (see APIError)
 	codeChannelRateLimit   = 20028    // guild channel write rate limit
 	codeTokenCheckFailed   = 11242    // system error, retry once
 	codeTokenNotPass       = 11243    // token refused
@@ -41,12 +41,19 @@ const (
 )
 
 // APIError is an unsuccessful OpenAPI answer: a non-2xx status, or a 2xx
-// status with a business code and no result. It is classified for the
-// pipeline (channel.Classify) from the status and code only, never from
-// Message:
+// status with a business code other than an accepted one (201/202 "async
+// success" and the review notices 304023/304024 are successes; a send
+// answered so is taken as delivered). It is classified for the pipeline
+// (channel.Classify) from the status and code only, never from Message:
 //
 //   - 429, code 22009 (sending too often) and 20028 (channel write limit):
-//     a *channel.RateLimitedError (Retry-After when given, else 1 s);
+//     a *channel.RateLimitedError (Retry-After when given, else 1 s).
+//     22009 "msg limit exceed" is a frequency limit to retry after a
+//     backoff (PROTOCOLS §3.6, from the docs' error-trace/openapi.md and
+//     botgo errs/err.go), not the limit of 5 replies per message: that
+//     one has no documented code (users report the text "reply msg exceed
+//     limit") and Send never reaches it, counting the replies itself, so
+//     22009 marks no message exhausted;
 //   - 401, and codes 11243/11244 after the one retry with a fresh token:
 //     ErrUnauthorized and channel.ErrOffline; code 304018 (the bot is not
 //     connected to the gateway): channel.ErrOffline;
@@ -222,7 +229,7 @@ func (c *Channel) callWith(ctx context.Context, tok, method, path string, body a
 	if trace == "" {
 		trace = eb.TraceID
 	}
-	if resp.StatusCode/100 != 2 {
+	if resp.StatusCode/100 != 2 || (code != 0 && !acceptedWithCode(resp.StatusCode, code)) {
 		ae := &APIError{Method: method, Path: path, Status: resp.StatusCode, Code: code, Message: truncate(eb.Message, 200), TraceID: truncate(trace, 80)}
 		if resp.StatusCode == http.StatusTooManyRequests {
 			ae.RetryAfter = retryAfterHeader(resp.Header)
@@ -237,6 +244,16 @@ func (c *Channel) callWith(ctx context.Context, tok, method, path string, body a
 		return fmt.Errorf("qqbot: %s %s: malformed answer (HTTP %d): %w", method, path, resp.StatusCode, err)
 	}
 	return nil
+}
+
+// acceptedWithCode reports whether a 2xx answer carrying a business code
+// is a success: 201/202 (PROTOCOLS §3.6, the docs' error-trace/openapi.md:
+// "async success") and the review notices 304023/304024 (accepted,
+// waiting for a human review). Any other 2xx answer with a code is an
+// *APIError classified like a non-2xx one.
+func acceptedWithCode(status int, code int64) bool {
+	return status == http.StatusCreated || status == http.StatusAccepted ||
+		code == codeAuditPushAsync || code == codeAuditReplyAsync
 }
 
 // retryAfterHeader reads a Retry-After in seconds (default 1 s, at most an

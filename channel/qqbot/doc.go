@@ -86,20 +86,21 @@
 // the chunk's idempotency key (a hash cannot promise two chunks of one
 // reply different numbers in the small range the platform expects, nor
 // count the five replies); it keeps a reply ledger: per inbound message,
-// the last msg_seq given out and, for every outgoing chunk, its
-// Outgoing.IdempotencyKey (the delivery ledger's fingerprint of the
-// chunk) with the msg_seq it got, written before the platform call. When
-// the call fails while its context is alive (a transport error, a 5xx, a
-// lost answer), the delivery ledger sends the chunk again; it then gets
-// the same msg_id and msg_seq, so if the platform already has it, it
-// refuses the copy and Send reports the chunk delivered instead of
-// posting it twice. A msg_seq is never given to a second chunk. Because
-// the fingerprint names a chunk's chat, slot and content but not its
-// turn, a key whose send succeeded, was refused definitively or was cut
-// off by its context (the delivery ledger never resends those) names a
-// new chunk the next time it comes. With [Config.StateDir] the ledger
-// (and the gateway session) is a file, so this holds across restarts;
-// without, it lasts as long as the process.
+// the last msg_seq given out, and per message of an outgoing chunk (its
+// text, each medium), named by Outgoing.IdempotencyKey (unique to one
+// chunk of one reply: its turn, slot and content), the msg_id and
+// msg_seq it got, written before the platform call, and its platform id
+// once delivered. When the delivery ledger sends a chunk again (its send
+// failed: a transport error, a 5xx, a lost answer), the parts already
+// delivered are skipped and the others go out with their msg_id and
+// msg_seq, so if the platform already has one, it refuses the copy and
+// Send reports it delivered instead of posting it twice. A msg_seq is
+// never given to a second part. These records outlive the inbound
+// messages (a day past the reply window, at most 4096); when the replied
+// message is past its window, a part that may have been delivered fails
+// with [RejectDeliveryUnknown] rather than going to a newer message. With
+// [Config.StateDir] the ledger (and the gateway session) is a file, so
+// this holds across restarts; without, it lasts as long as the process.
 //
 // # Implementing
 //
@@ -132,7 +133,9 @@
 //
 // Errors. Every call has the CallTimeout (10 s) deadline. Answers are
 // [*APIError] values classified by HTTP status and business code, never
-// by message text (see its doc): 429, 22009 and 20028 rate limited; 401
+// by message text (see its doc), a 2xx answer with a business code too
+// (201/202 "async success" and review notices are successes): 429, 22009
+// (a frequency limit, PROTOCOLS §3.6) and 20028 rate limited; 401
 // after the token retry offline; a gone channel, guild or group kicked;
 // 5xx and the "retry" codes transient; other 4xx definitive rejections.
 //

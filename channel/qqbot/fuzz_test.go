@@ -138,7 +138,7 @@ func FuzzWebhook(f *testing.F) {
 // FuzzDecodeState: a state file of any content loads as a usable state or
 // an error.
 func FuzzDecodeState(f *testing.F) {
-	f.Add([]byte(`{"session_id":"s","seq":12,"inbound":[{"id":"a","chat":{"kind":"group","id":"G"},"route":"group","target":"G","at":"2026-01-01T11:58:00Z","next":2,"keys":{"k":2},"sent":{"k":"id"}}]}`))
+	f.Add([]byte(`{"session_id":"s","seq":12,"inbound":[{"id":"a","chat":{"kind":"group","id":"G"},"route":"group","target":"G","at":"2026-01-01T11:58:00Z","next":2}],"parts":{"group:G k":{"chat":{"kind":"group","id":"G"},"route":"group","target":"G","msg_id":"a","seq":2,"ref_at":"2026-01-01T11:58:00Z","at":"2026-01-01T11:58:30Z","id":"x"},"bad":null}}`))
 	f.Add([]byte(`{"seq":-1,"inbound":[null,{"route":"dm"}]}`))
 	f.Add([]byte(`{}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
@@ -152,6 +152,11 @@ func FuzzDecodeState(f *testing.F) {
 		for _, r := range st.Inbound {
 			if r == nil || r.ID == "" || r.Target == "" || !r.Chat.Kind.Valid() || r.Next < 0 {
 				t.Fatalf("unusable entry %+v", r)
+			}
+		}
+		for k, p := range st.Parts {
+			if k == "" || p == nil || p.Target == "" || p.Seq < 0 || p.At.IsZero() {
+				t.Fatalf("unusable part %q %+v", k, p)
 			}
 		}
 		c := &Channel{cfg: Config{PrivateReplyWindow: 1, GroupReplyWindow: 1}}

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/url"
 	"runtime"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -65,6 +66,9 @@ type gatewayConn struct {
 	dead   chan struct{} // closed by the heartbeat loop on a missed ack
 	frames chan []byte
 	rerr   chan error
+	// wg counts the read and heartbeat goroutines; connect waits for
+	// them before it returns.
+	wg sync.WaitGroup
 }
 
 // write sends one frame with the CallTimeout deadline.
@@ -107,24 +111,35 @@ func (r *runner) connect(ctx context.Context) sessionEnd {
 	conn.SetReadLimit(-1) // readLoop enforces hardFrameLimit itself
 	rctx, stopRead := context.WithCancel(ctx)
 	g := &gatewayConn{c: c, conn: conn, dead: make(chan struct{}), frames: make(chan []byte), rerr: make(chan error, 1)}
+	var closing sync.WaitGroup
 	defer func() {
 		stopRead()
 		_ = conn.CloseNow()
+		g.wg.Wait()
+		closing.Wait()
 	}()
-	go g.readLoop(rctx)
+	g.wg.Add(1)
+	go func() {
+		defer g.wg.Done()
+		g.readLoop(rctx)
+	}()
 	end := r.serve(ctx, g)
 	if ctx.Err() != nil {
 		// A polite close; CloseNow in the deferred func cuts it short
 		// when the gateway does not answer in time.
 		done := make(chan struct{})
+		closing.Add(1)
 		go func() {
+			defer closing.Done()
 			_ = conn.Close(websocket.StatusNormalClosure, "stopping")
 			close(done)
 		}()
+		t := c.clk.NewTimer(time.Second)
 		select {
 		case <-done:
-		case <-time.After(time.Second):
+		case <-t.C():
 		}
+		t.Stop()
 	}
 	return end
 }
@@ -186,7 +201,11 @@ func (r *runner) serve(ctx context.Context, g *gatewayConn) sessionEnd {
 	hctx, stopHB := context.WithCancel(ctx)
 	defer stopHB()
 	g.acked.Store(true)
-	go r.heartbeat(hctx, g, interval)
+	g.wg.Add(1)
+	go func() {
+		defer g.wg.Done()
+		r.heartbeat(hctx, g, interval)
+	}()
 
 	tok, err := c.tokens.get(ctx)
 	if err != nil {

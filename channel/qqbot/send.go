@@ -45,9 +45,10 @@ type assignment struct {
 	// message); seq is 0 on guild routes, which take no msg_seq.
 	msgID string
 	seq   int
-	// reused: the idempotency key had this msg_seq already and its send
-	// did not succeed (a retry of the same chunk).
-	reused bool
+	// reused: the part was sent before with this msg_id and msg_seq
+	// without success (a resend of the same chunk); unsure: an earlier
+	// attempt may have been delivered.
+	reused, unsure bool
 }
 
 // Send delivers out as passive replies and returns the ids of the
@@ -64,18 +65,28 @@ type assignment struct {
 // Code is RejectNoInbound, RejectWindowExpired or RejectReplyLimit (or,
 // with Config.ActiveMessages, sends an active message instead).
 //
-// msg_seq: each chunk gets the next number for its msg_id, recorded with
-// Outgoing.IdempotencyKey in the reply ledger before the call (kept in
-// Config.StateDir across restarts). A chunk sent again with the same key
-// after a send that did not succeed (a transport error, a 5xx, a lost
-// answer) gets the same msg_id and msg_seq: when the platform already has
-// it, it refuses the copy as a duplicate (40054005), and Send reports the
-// chunk delivered ("<msg_id>#<msg_seq>", its id being lost) instead of
-// sending it twice. A number is never given to a second chunk. A key whose
-// send succeeded, was refused definitively, or was cut off by its context
-// (the delivery ledger never sends such a chunk again) names a new chunk
-// next time: the key covers a chunk's chat, slot and content, not its
-// turn, so two replies may share it.
+// msg_seq and resends: Outgoing.IdempotencyKey names one chunk of one
+// reply (its turn, slot and content), and each message of it (the text,
+// each medium) is a part recorded in the reply ledger under that key
+// before its call, with the msg_id and msg_seq it got (kept in
+// Config.StateDir across restarts). Sent again with the same key, a chunk
+// skips the parts already delivered (their ids are returned again) and
+// sends the others with their recorded msg_id and msg_seq; when an
+// earlier attempt went through and its answer was lost, the platform
+// refuses the copy as a duplicate (40054005) and Send reports the part
+// delivered ("<msg_id>#<msg_seq>", its id being lost); guild routes take
+// no msg_seq, so there a resend after a lost answer may show twice. A
+// number is never given to a second part. The part records outlive the inbound messages
+// they reply to (by a day after the reply window, at most 4096): when
+// the replied-to message is past its window, a part that may have been
+// delivered is not sent again: Send fails with RejectDeliveryUnknown (a
+// definitive rejection, so it is never retried into a second copy); one
+// that certainly was not is assigned anew. A media upload is made before
+// a part takes a reply, so a failed upload uses up none.
+//
+// A 2xx answer without a message id (202 "async success", a review
+// notice 304023/304024) counts as delivered and is not sent again; a 2xx
+// answer with any other business code is an *APIError like a non-2xx one.
 //
 // Text goes out as msg_type 0 (or markdown with Config.Markdown); in
 // guild channels Outgoing.Mentions are rendered as "<@id> " before the
@@ -123,8 +134,8 @@ func (c *Channel) Send(ctx context.Context, out channel.Outgoing) (channel.Recei
 		return k
 	}
 	if text != "" {
-		id, at, err := c.sendPart(ctx, out.Chat, out.ReplyTo, next(), func(a assignment) (string, any, bool, error) {
-			return c.textBody(a, text, out.Mentions)
+		id, at, err := c.sendPart(ctx, out.Chat, out.ReplyTo, next(), func(context.Context, route, string) (func(assignment) (string, any, bool), error) {
+			return func(a assignment) (string, any, bool) { return c.textBody(a, text, out.Mentions) }, nil
 		})
 		if err != nil {
 			return rc, err
@@ -132,8 +143,8 @@ func (c *Channel) Send(ctx context.Context, out channel.Outgoing) (channel.Recei
 		rc = addReceipt(rc, id, at)
 	}
 	for _, m := range out.Media {
-		id, at, err := c.sendPart(ctx, out.Chat, out.ReplyTo, next(), func(a assignment) (string, any, bool, error) {
-			return c.mediaBody(ctx, a, m)
+		id, at, err := c.sendPart(ctx, out.Chat, out.ReplyTo, next(), func(ctx context.Context, rt route, target string) (func(assignment) (string, any, bool), error) {
+			return c.mediaBody(ctx, rt, target, m)
 		})
 		if err != nil {
 			return rc, err
@@ -193,78 +204,176 @@ func (a sentAnswer) time() time.Time {
 	return time.Time{}
 }
 
-// sendPart sends one message of a Send: it takes a reply assignment for
-// key, builds the body with build (which may make calls of its own: the
-// media upload) and posts it.
-func (c *Channel) sendPart(ctx context.Context, chat channel.Chat, replyTo, key string,
-	build func(assignment) (path string, body any, media bool, err error)) (string, time.Time, error) {
-	a, err := c.assign(chat, replyTo, key)
-	if err != nil {
-		return "", time.Time{}, err
+// RejectDeliveryUnknown (a channel.RejectedError.Code of Send): a chunk
+// sent again whose earlier attempt may have reached the platform (its
+// answer was lost) can no longer be sent with the msg_id and msg_seq of
+// that attempt, the message being past its reply window. Sending it
+// elsewhere could show it twice, so it is not sent; it may or may not
+// have been delivered.
+const RejectDeliveryUnknown = "delivery_unknown"
+
+// partPrep prepares one message of a Send for its route and target (the
+// media upload makes a call) and returns the builder of its body.
+type partPrep func(ctx context.Context, rt route, target string) (func(assignment) (path string, body any, media bool), error)
+
+// partKey names one message of a chunk in the ledger.
+func partKey(chat channel.Chat, key string) string { return chat.String() + " " + key }
+
+// sendPart sends one message of a Send under key (see Send): a part
+// already delivered is not sent again; a part sent before without success
+// goes out with its msg_id and msg_seq; a new part is prepared (uploaded)
+// first and then given a reply assignment, so a failed upload takes none
+// of the message's replies.
+func (c *Channel) sendPart(ctx context.Context, chat channel.Chat, replyTo, key string, prep partPrep) (string, time.Time, error) {
+	a, id, found, err := c.recorded(chat, key)
+	if err != nil || id != "" {
+		return id, time.Time{}, err
 	}
-	p, body, media, err := build(a)
-	if err != nil {
-		return "", time.Time{}, err
+	var build func(assignment) (string, any, bool)
+	if found {
+		if build, err = prep(ctx, a.route, a.target); err != nil {
+			return "", time.Time{}, err
+		}
+	} else {
+		rt, target, err := c.peekRoute(chat, replyTo)
+		if err != nil {
+			return "", time.Time{}, err
+		}
+		if build, err = prep(ctx, rt, target); err != nil {
+			return "", time.Time{}, err
+		}
+		if a, err = c.assign(chat, replyTo, key); err != nil {
+			return "", time.Time{}, err
+		}
+		if a.route != rt || a.target != target { // the chat's messages changed meanwhile
+			if build, err = prep(ctx, a.route, a.target); err != nil {
+				return "", time.Time{}, err // the part keeps its msg_seq for a resend
+			}
+		}
 	}
+	p, body, media := build(a)
 	var ans sentAnswer
 	err = c.call(ctx, http.MethodPost, p, body, media, &ans)
 	var ae *APIError
 	switch {
 	case err == nil:
-	case a.reused && errors.As(err, &ae) && ae.Code == codeDuplicateSeq:
+	case errors.As(err, &ae) && ae.Code == codeDuplicateSeq && a.reused && a.unsure:
 		// The platform has this msg_id+msg_seq: an earlier attempt of this
-		// very chunk went through and its answer was lost.
+		// very part went through and its answer was lost.
 		id := a.msgID + "#" + strconv.Itoa(a.seq)
 		c.log.Info("qq_send_deduplicated", "chat", chat.String(), "msg_id", a.msgID, "msg_seq", a.seq,
 			"effect", "an earlier attempt delivered this chunk; not sent again")
-		c.recordSent(chat, a.msgID, key, id)
+		c.recordSent(chat, a, key, id)
 		return id, time.Time{}, nil
+	case errors.As(err, &ae) && ae.Code == codeDuplicateSeq:
+		// Nothing of ours went out with this msg_seq (the ledger lost track
+		// of it): the part is not delivered and takes a new one next time.
+		c.forgetPart(chat, key)
+		return "", time.Time{}, err
 	default:
-		// A definitive refusal was certainly not delivered, and a call
-		// cut off by its context is never sent again by the delivery
-		// ledger: either way a later chunk with this key is a new one.
-		// Otherwise the pipeline may retry this very chunk.
-		c.markFailed(chat, a.msgID, key, ctx.Err() == nil && !channel.Classify(err).Definitive())
+		// A refusal, a rate limit or an offline answer delivered nothing;
+		// any other failure (a transport error, a 5xx, a lost answer, a
+		// call cut off by its context) may have. Either way a resend of
+		// the part keeps its msg_id and msg_seq.
+		c.markUnsure(chat, key, channel.Classify(err) == channel.ClassTransient)
 		return "", time.Time{}, err
 	}
-	id := string(ans.ID)
+	id = string(ans.ID)
 	if id == "" {
 		switch ans.Code {
 		case codeAuditPushAsync, codeAuditReplyAsync:
 			id = "audit:" + string(ans.Data.MessageAudit.AuditID)
 			c.log.Info("qq_send_in_review", "chat", chat.String(), "audit_id", string(ans.Data.MessageAudit.AuditID))
 		default:
-			return "", time.Time{}, fmt.Errorf("qqbot: POST %s: the answer has no message id (code %d)", p, ans.Code)
+			// A success answer without an id (202 "async success", or a
+			// 2xx without a body): the platform took the message.
+			id = "async:" + a.msgID + "#" + strconv.Itoa(a.seq)
+			c.log.Info("qq_send_no_id", "chat", chat.String(), "msg_id", a.msgID, "msg_seq", a.seq, "code", ans.Code,
+				"effect", "taken as delivered; not sent again")
 		}
 	}
-	c.recordSent(chat, a.msgID, key, id)
+	c.recordSent(chat, a, key, id)
 	return id, ans.time(), nil
 }
 
-// assign picks the inbound message a send replies to and its msg_seq
-// (see Send), recording the msg_seq with key before the call.
+// recorded looks key up in the ledger: the id of a delivered part, or the
+// assignment of a part sent before without success (found). A part past
+// its reply window whose earlier attempt may have been delivered is
+// refused (RejectDeliveryUnknown); one that certainly was not is
+// forgotten and assigned anew.
+func (c *Channel) recorded(chat channel.Chat, key string) (a assignment, id string, found bool, err error) {
+	if key == "" {
+		return assignment{}, "", false, nil
+	}
+	c.stMu.Lock()
+	defer c.stMu.Unlock()
+	pk := partKey(chat, key)
+	p := c.st.Parts[pk]
+	switch {
+	case p == nil:
+		return assignment{}, "", false, nil
+	case p.ID != "":
+		c.log.Info("qq_send_skipped", "chat", chat.String(), "id", p.ID, "reason", "this part of the chunk was delivered before")
+		return assignment{}, p.ID, true, nil
+	case p.MsgID != "" && c.clk.Now().Sub(p.RefAt) >= c.window(p.Route):
+		if p.Unsure {
+			return assignment{}, "", false, &channel.RejectedError{Code: RejectDeliveryUnknown,
+				Reason: "an earlier attempt of this chunk replied to " + p.MsgID + ", which is past its reply window; it may have been delivered, so it is not sent again"}
+		}
+		delete(c.st.Parts, pk)
+		c.saveLocked("expired part")
+		return assignment{}, "", false, nil
+	}
+	return assignment{route: p.Route, target: p.Target, msgID: p.MsgID, seq: p.Seq, reused: true, unsure: p.Unsure}, "", true, nil
+}
+
+// peekRoute is the route and target assign would give a new part now.
+func (c *Channel) peekRoute(chat channel.Chat, replyTo string) (route, string, error) {
+	c.stMu.Lock()
+	defer c.stMu.Unlock()
+	r, err := c.pickLocked(chat, replyTo)
+	if err != nil {
+		return "", "", err
+	}
+	if r == nil {
+		rt, target := activeRoute(chat)
+		return rt, target, nil
+	}
+	return r.Route, r.Target, nil
+}
+
+// assign gives a new part the inbound message it replies to and its
+// msg_seq (see Send), recording them with key before the call.
 func (c *Channel) assign(chat channel.Chat, replyTo, key string) (assignment, error) {
 	c.stMu.Lock()
 	defer c.stMu.Unlock()
-	now := c.clk.Now()
-	expired := func(r *inboundRef) bool { return now.Sub(r.At) >= c.window(r.Route) }
-	if key != "" {
-		// A chunk whose send with this key did not succeed is sent again
-		// with the same msg_id and msg_seq. A key whose send succeeded is a
-		// new chunk that happens to look the same (the key covers the
-		// chunk's chat, slot and content, not its turn).
-		for _, r := range c.st.Inbound {
-			s, ok := r.Keys[key]
-			if r.Chat != chat || !ok || !r.Retry[key] {
-				continue
-			}
-			if expired(r) {
-				return assignment{}, &channel.RejectedError{Code: RejectWindowExpired,
-					Reason: "an earlier attempt of this chunk replied to " + r.ID + ", which is past its reply window; it may have been delivered"}
-			}
-			return assignment{route: r.Route, target: r.Target, msgID: r.ID, seq: seqFor(r, s), reused: true}, nil
-		}
+	r, err := c.pickLocked(chat, replyTo)
+	if err != nil {
+		return assignment{}, err
 	}
+	if r == nil {
+		rt, target := activeRoute(chat)
+		return assignment{route: rt, target: target}, nil
+	}
+	r.Next++
+	a := assignment{route: r.Route, target: r.Target, msgID: r.ID, seq: seqFor(r, r.Next)}
+	if key != "" {
+		if c.st.Parts == nil {
+			c.st.Parts = map[string]*partRec{}
+		}
+		c.st.Parts[partKey(chat, key)] = &partRec{Chat: chat, Route: a.route, Target: a.target, MsgID: a.msgID, Seq: a.seq,
+			RefAt: r.At, At: c.clk.Now()}
+	}
+	c.saveLocked("reply assignment")
+	return a, nil
+}
+
+// pickLocked picks the inbound message a new part replies to: ReplyTo
+// when it can still take a reply, else the newest of the chat that can;
+// nil with Config.ActiveMessages when none can (an active message).
+// c.stMu is held.
+func (c *Channel) pickLocked(chat channel.Chat, replyTo string) (*inboundRef, error) {
+	now := c.clk.Now()
 	var cands []*inboundRef
 	for _, r := range c.st.Inbound {
 		if r.Chat == chat {
@@ -282,7 +391,7 @@ func (c *Channel) assign(chat channel.Chat, replyTo, key string) (assignment, er
 	})
 	var sawExpired, sawLimit bool
 	for _, r := range cands {
-		if expired(r) {
+		if now.Sub(r.At) >= c.window(r.Route) {
 			sawExpired = true
 			continue
 		}
@@ -290,32 +399,20 @@ func (c *Channel) assign(chat channel.Chat, replyTo, key string) (assignment, er
 			sawLimit = true
 			continue
 		}
-		r.Next++
-		if key != "" {
-			c.forgetKeyLocked(chat, key)
-			if len(r.Keys) < maxKeysPerRef {
-				if r.Keys == nil {
-					r.Keys = map[string]int{}
-				}
-				r.Keys[key] = r.Next
-			}
-		}
-		c.saveLocked("reply assignment")
-		return assignment{route: r.Route, target: r.Target, msgID: r.ID, seq: seqFor(r, r.Next)}, nil
+		return r, nil
 	}
 	if c.cfg.ActiveMessages {
-		rt, target := activeRoute(chat)
-		return assignment{route: rt, target: target}, nil
+		return nil, nil
 	}
 	switch {
 	case sawLimit:
-		return assignment{}, &channel.RejectedError{Code: RejectReplyLimit,
+		return nil, &channel.RejectedError{Code: RejectReplyLimit,
 			Reason: fmt.Sprintf("every message of %s in its reply window was replied to %d times", chat, c.cfg.MaxReplies)}
 	case sawExpired:
-		return assignment{}, &channel.RejectedError{Code: RejectWindowExpired,
+		return nil, &channel.RejectedError{Code: RejectWindowExpired,
 			Reason: fmt.Sprintf("the messages of %s are past their reply window", chat)}
 	}
-	return assignment{}, &channel.RejectedError{Code: RejectNoInbound,
+	return nil, &channel.RejectedError{Code: RejectNoInbound,
 		Reason: fmt.Sprintf("no message of %s to reply to (QQ bots can only reply)", chat)}
 }
 
@@ -339,65 +436,50 @@ func activeRoute(chat channel.Chat) (route, string) {
 	return routeC2C, chat.ID
 }
 
-// forgetKeyLocked drops key from every inbound message of chat (it is
-// about to name a new chunk); c.stMu is held.
-func (c *Channel) forgetKeyLocked(chat channel.Chat, key string) {
-	for _, r := range c.st.Inbound {
-		if r.Chat == chat {
-			delete(r.Keys, key)
-			delete(r.Retry, key)
-			delete(r.Sent, key)
-		}
-	}
-}
-
-// markFailed records a failed send of key: retry keeps its msg_seq for
-// the same chunk sent again; otherwise the key is freed (its msg_seq is
-// not used again).
-func (c *Channel) markFailed(chat channel.Chat, msgID, key string, retry bool) {
-	if key == "" || msgID == "" {
+// markUnsure notes a failed attempt of key's part; unsure: it may have
+// been delivered.
+func (c *Channel) markUnsure(chat channel.Chat, key string, unsure bool) {
+	if key == "" || !unsure {
 		return
 	}
 	c.stMu.Lock()
 	defer c.stMu.Unlock()
-	r := c.st.find(chat, msgID)
-	if r == nil {
-		return
+	if p := c.st.Parts[partKey(chat, key)]; p != nil && !p.Unsure {
+		p.Unsure = true
+		c.saveLocked("failed send")
 	}
-	if _, ok := r.Keys[key]; !ok {
-		return
-	}
-	if retry {
-		if r.Retry == nil {
-			r.Retry = map[string]bool{}
-		}
-		r.Retry[key] = true
-	} else {
-		delete(r.Keys, key)
-		delete(r.Retry, key)
-	}
-	c.saveLocked("failed send")
 }
 
-// recordSent notes the platform id of a delivered chunk.
-func (c *Channel) recordSent(chat channel.Chat, msgID, key, id string) {
-	if key == "" || msgID == "" {
+// forgetPart drops key's part record.
+func (c *Channel) forgetPart(chat channel.Chat, key string) {
+	if key == "" {
 		return
 	}
 	c.stMu.Lock()
 	defer c.stMu.Unlock()
-	r := c.st.find(chat, msgID)
-	if r == nil {
+	delete(c.st.Parts, partKey(chat, key))
+	c.saveLocked("refused send")
+}
+
+// recordSent notes the platform id of a delivered part (an active
+// message gets its record here).
+func (c *Channel) recordSent(chat channel.Chat, a assignment, key, id string) {
+	if key == "" {
 		return
 	}
-	if _, ok := r.Keys[key]; !ok {
-		return
+	c.stMu.Lock()
+	defer c.stMu.Unlock()
+	pk := partKey(chat, key)
+	p := c.st.Parts[pk]
+	if p == nil {
+		now := c.clk.Now()
+		p = &partRec{Chat: chat, Route: a.route, Target: a.target, MsgID: a.msgID, Seq: a.seq, RefAt: now, At: now}
+		if c.st.Parts == nil {
+			c.st.Parts = map[string]*partRec{}
+		}
+		c.st.Parts[pk] = p
 	}
-	if r.Sent == nil {
-		r.Sent = map[string]string{}
-	}
-	r.Sent[key] = id
-	delete(r.Retry, key)
+	p.ID = id
 	c.saveLocked("receipt")
 }
 
@@ -450,7 +532,7 @@ const (
 )
 
 // textBody builds a text message.
-func (c *Channel) textBody(a assignment, text string, mentions []string) (string, any, bool, error) {
+func (c *Channel) textBody(a assignment, text string, mentions []string) (string, any, bool) {
 	if a.route.v2() {
 		b := v2Body{MsgID: a.msgID, MsgSeq: a.seq}
 		if c.cfg.Markdown {
@@ -461,7 +543,7 @@ func (c *Channel) textBody(a assignment, text string, mentions []string) (string
 		if len(mentions) > 0 {
 			c.log.Debug("qq_mentions_dropped", "count", len(mentions), "reason", "groups and C2C chats have no mentions")
 		}
-		return messagePath(a), b, false, nil
+		return messagePath(a), b, false
 	}
 	var sb strings.Builder
 	if a.route == routeChannel {
@@ -478,7 +560,7 @@ func (c *Channel) textBody(a assignment, text string, mentions []string) (string
 	} else {
 		b.Content = sb.String()
 	}
-	return messagePath(a), b, false, nil
+	return messagePath(a), b, false
 }
 
 var guildEscaper = strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;")
@@ -493,10 +575,10 @@ const (
 	fileOther = 4
 )
 
-// mediaBody builds a media message: on v2 routes the file is uploaded
-// first (POST /v2/{groups|users}/{id}/files with srv_send_msg false) and
-// its file_info sent with msg_type 7; guilds take an image URL.
-func (c *Channel) mediaBody(ctx context.Context, a assignment, m channel.Media) (string, any, bool, error) {
+// mediaBody prepares a media message for a route: on v2 routes the file
+// is uploaded first (POST /v2/{groups|users}/{id}/files with srv_send_msg
+// false) and its file_info sent with msg_type 7; guilds take an image URL.
+func (c *Channel) mediaBody(ctx context.Context, rt route, target string, m channel.Media) (func(assignment) (string, any, bool), error) {
 	mt := strings.ToLower(m.MIME)
 	if mt == "" {
 		if u, err := url.Parse(m.URL); err == nil {
@@ -504,11 +586,13 @@ func (c *Channel) mediaBody(ctx context.Context, a assignment, m channel.Media) 
 		}
 	}
 	mt, _, _ = strings.Cut(mt, ";")
-	if !a.route.v2() {
+	if !rt.v2() {
 		if !strings.HasPrefix(mt, "image/") {
-			return "", nil, false, fmt.Errorf("qqbot: guilds take images only, not %q: %w", mt, channel.ErrMediaInvalid)
+			return nil, fmt.Errorf("qqbot: guilds take images only, not %q: %w", mt, channel.ErrMediaInvalid)
 		}
-		return messagePath(a), guildBody{Image: m.URL, MsgID: a.msgID}, true, nil
+		return func(a assignment) (string, any, bool) {
+			return messagePath(a), guildBody{Image: m.URL, MsgID: a.msgID}, true
+		}, nil
 	}
 	ft := fileOther
 	switch {
@@ -520,20 +604,22 @@ func (c *Channel) mediaBody(ctx context.Context, a assignment, m channel.Media) 
 		ft = fileVoice
 	}
 	kind := "groups"
-	if a.route == routeC2C {
+	if rt == routeC2C {
 		kind = "users"
 	}
 	var up struct {
 		FileInfo string `json:"file_info"`
 	}
 	upload := map[string]any{"file_type": ft, "url": m.URL, "srv_send_msg": false}
-	if err := c.call(ctx, http.MethodPost, "/v2/"+kind+"/"+url.PathEscape(a.target)+"/files", upload, true, &up); err != nil {
-		return "", nil, false, err
+	if err := c.call(ctx, http.MethodPost, "/v2/"+kind+"/"+url.PathEscape(target)+"/files", upload, true, &up); err != nil {
+		return nil, err
 	}
 	if up.FileInfo == "" {
-		return "", nil, false, fmt.Errorf("qqbot: media upload: no file_info in the answer: %w", channel.ErrMediaInvalid)
+		return nil, fmt.Errorf("qqbot: media upload: no file_info in the answer: %w", channel.ErrMediaInvalid)
 	}
 	// content must not be empty with msg_type 7 (send.md).
-	return messagePath(a), v2Body{Content: " ", MsgType: msgTypeMedia, Media: &v2MediaInfo{FileInfo: up.FileInfo},
-		MsgID: a.msgID, MsgSeq: a.seq}, true, nil
+	return func(a assignment) (string, any, bool) {
+		return messagePath(a), v2Body{Content: " ", MsgType: msgTypeMedia, Media: &v2MediaInfo{FileInfo: up.FileInfo},
+			MsgID: a.msgID, MsgSeq: a.seq}, true
+	}, nil
 }

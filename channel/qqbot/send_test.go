@@ -151,11 +151,10 @@ func TestRetriedChunkKeepsMsgSeq(t *testing.T) {
 	require.Equal(t, 2, sent[1].MsgSeq)
 }
 
-// The idempotency key names a chunk's chat, slot and content, not its
-// turn: after a successful send the same key is a new chunk (a second
-// reply that happens to read the same) and goes out with a new msg_seq; a
-// definitive refusal frees the key too.
-func TestSameKeyAfterSuccessIsANewChunk(t *testing.T) {
+// The idempotency key names one chunk of one reply: sent again after a
+// success it is not posted again (its id comes back); after a definitive
+// refusal, which delivered nothing, it goes out with the msg_seq it had.
+func TestSameKeyIsOneChunk(t *testing.T) {
 	t.Parallel()
 	srv := newFake(t, qqbottest.Config{})
 	ch, sink := started(t, srv, nil)
@@ -164,18 +163,22 @@ func TestSameKeyAfterSuccessIsANewChunk(t *testing.T) {
 	require.NoError(t, err)
 	sink.waitEvents(t, 1)
 	out := channel.Outgoing{Chat: aliceChat, Text: "ok", IdempotencyKey: "same"}
-	_, err = ch.Send(ctx, out)
+	rc1, err := ch.Send(ctx, out)
 	require.NoError(t, err)
-	_, err = ch.Send(ctx, out)
+	rc2, err := ch.Send(ctx, out)
 	require.NoError(t, err)
+	require.Equal(t, rc1.MessageIDs, rc2.MessageIDs)
+	require.Len(t, srv.Sent(), 1, "a delivered chunk is not sent again")
+
+	other := channel.Outgoing{Chat: aliceChat, Text: "ok", IdempotencyKey: "other"}
 	srv.FailNextSend(qqbottest.Failure{Status: 400, Code: 11253})
-	_, err = ch.Send(ctx, out)
+	_, err = ch.Send(ctx, other)
 	require.Error(t, err)
-	_, err = ch.Send(ctx, out)
+	_, err = ch.Send(ctx, other)
 	require.NoError(t, err)
 	sent := srv.Sent()
-	require.Len(t, sent, 3)
-	require.Equal(t, []int{1, 2, 4}, []int{sent[0].MsgSeq, sent[1].MsgSeq, sent[2].MsgSeq}, "msg_seq 3 went to the refused send and is not used again")
+	require.Len(t, sent, 2)
+	require.Equal(t, []int{1, 2}, []int{sent[0].MsgSeq, sent[1].MsgSeq}, "the refused part keeps its msg_seq")
 }
 
 // The reply ledger in StateDir survives a restart: the same chunk keeps

@@ -17,8 +17,13 @@ import (
 const (
 	maxRefsPerChat = 16
 	maxRefs        = 4096
-	maxKeysPerRef  = 64
 	maxStateBytes  = 16 << 20
+	// maxParts bounds the part records; the oldest go first.
+	maxParts = 4096
+	// partRetention is how long a part record outlives the reply window
+	// of the message it replied to: a resend of its chunk within it
+	// returns the recorded outcome instead of sending again.
+	partRetention = 24 * time.Hour
 )
 
 // route is where a chat's messages are sent.
@@ -36,8 +41,7 @@ const (
 // takes msg_seq and limits the replies per inbound message.
 func (r route) v2() bool { return r == routeGroup || r == routeC2C }
 
-// inboundRef is one inbound message the bot may reply to (passively), with
-// the msg_seq values given out for it.
+// inboundRef is one inbound message the bot may reply to (passively).
 type inboundRef struct {
 	// ID is the platform message id (the msg_id of a reply).
 	ID   string       `json:"id"`
@@ -48,22 +52,35 @@ type inboundRef struct {
 	Target string `json:"target"`
 	// At is when the message was sent (the reply window starts there).
 	At time.Time `json:"at"`
-	// Next is the last msg_seq given out for this message.
+	// Next is the last msg_seq given out for this message (and so the
+	// number of replies it took).
 	Next int `json:"next,omitempty"`
-	// Keys maps an outgoing chunk's idempotency key to its msg_seq, so a
-	// retried chunk is sent with the same msg_seq and the platform drops
-	// it if it already has it.
-	Keys map[string]int `json:"keys,omitempty"`
-	// Retry marks the keys whose send failed in a way the pipeline
-	// retries (the call was answered with a transient error, or not at
-	// all, while its context was alive): only those are sent again with
-	// their msg_seq. A key without it was cut off mid-call (the delivery
-	// ledger never sends such a chunk again) and names a new chunk next
-	// time.
-	Retry map[string]bool `json:"retry,omitempty"`
-	// Sent maps an idempotency key to the platform id of the delivered
-	// message.
-	Sent map[string]string `json:"sent,omitempty"`
+}
+
+// partRec is one message of a chunk (its text, or one of its media),
+// named by the chunk's Outgoing.IdempotencyKey ("#<n>" appended for the
+// n-th medium). It is written before the platform call and kept apart from
+// the inbound messages, so it outlives their pruning: a resend of the
+// chunk skips the parts delivered and sends the others with the msg_id and
+// msg_seq they were given.
+type partRec struct {
+	Chat   channel.Chat `json:"chat"`
+	Route  route        `json:"route"`
+	Target string       `json:"target"`
+	// MsgID and Seq are the reply assignment (MsgID "" = an active
+	// message; Seq 0 on guild routes).
+	MsgID string `json:"msg_id,omitempty"`
+	Seq   int    `json:"seq,omitempty"`
+	// RefAt is when the replied-to message was sent (its window starts
+	// there); At is when the part was assigned.
+	RefAt time.Time `json:"ref_at"`
+	At    time.Time `json:"at"`
+	// ID is the platform id once the part was delivered.
+	ID string `json:"id,omitempty"`
+	// Unsure: an attempt ended without a definitive answer (a transport
+	// error, a 5xx, a lost answer, a call cut off by its context), so the
+	// platform may have the message.
+	Unsure bool `json:"unsure,omitempty"`
 }
 
 // state is what survives a restart (Config.StateDir): the gateway session
@@ -74,6 +91,9 @@ type state struct {
 	SessionID string        `json:"session_id,omitempty"`
 	Seq       int64         `json:"seq,omitempty"`
 	Inbound   []*inboundRef `json:"inbound,omitempty"`
+	// Parts are the messages of outgoing chunks by part key (see
+	// partRec).
+	Parts map[string]*partRec `json:"parts,omitempty"`
 }
 
 // stateFile keeps the state in "qq-<appid>.state.json" in a directory,
@@ -130,6 +150,17 @@ func decodeState(data []byte) (state, error) {
 		refs = append(refs, r)
 	}
 	st.Inbound = refs
+	for k, p := range st.Parts {
+		if k == "" || p == nil || !p.Chat.Kind.Valid() || p.Target == "" || p.RefAt.IsZero() || p.At.IsZero() || p.Seq < 0 {
+			delete(st.Parts, k)
+			continue
+		}
+		switch p.Route {
+		case routeGroup, routeC2C, routeChannel, routeDM:
+		default:
+			delete(st.Parts, k)
+		}
+	}
 	return st, nil
 }
 
@@ -170,8 +201,9 @@ func (f *stateFile) save(st *state) error {
 }
 
 // prune drops inbound messages whose reply window has passed and bounds
-// the ledger: per chat the newest maxRefsPerChat, overall the newest
-// maxRefs.
+// them: per chat the newest maxRefsPerChat, overall the newest maxRefs.
+// Part records go partRetention after the window of the message they
+// replied to, and beyond maxParts the oldest go first.
 func (st *state) prune(now time.Time, window func(route) time.Duration) {
 	sort.SliceStable(st.Inbound, func(i, j int) bool { return st.Inbound[i].At.After(st.Inbound[j].At) })
 	perChat := map[channel.Chat]int{}
@@ -185,6 +217,28 @@ func (st *state) prune(now time.Time, window func(route) time.Duration) {
 	}
 	clear(st.Inbound[len(kept):])
 	st.Inbound = kept
+
+	for k, p := range st.Parts {
+		if now.Sub(p.RefAt) > window(p.Route)+partRetention {
+			delete(st.Parts, k)
+		}
+	}
+	if len(st.Parts) > maxParts {
+		keys := make([]string, 0, len(st.Parts))
+		for k := range st.Parts {
+			keys = append(keys, k)
+		}
+		sort.Slice(keys, func(i, j int) bool {
+			a, b := st.Parts[keys[i]], st.Parts[keys[j]]
+			if !a.At.Equal(b.At) {
+				return a.At.Before(b.At)
+			}
+			return keys[i] < keys[j]
+		})
+		for _, k := range keys[:len(keys)-maxParts] {
+			delete(st.Parts, k)
+		}
+	}
 }
 
 // find returns the inbound message with this id in chat.

@@ -32,9 +32,11 @@
 // fake pushed to that chat (else 400, code 304026), younger than the
 // reply window (C2C 60 min, others 5 min; else 304027); on group and C2C
 // routes msg_seq (default 1) must be new for the msg_id (else 40054005,
-// "消息被去重") and a msg_id takes at most 5 replies (else 22009). A send
-// without msg_id is an active message: 400 with 40034102 unless
-// Config.AllowActive. Empty messages get 50006.
+// "消息被去重") and a msg_id takes at most 5 replies (else
+// CodeReplyLimit, a stand-in: the platform's code is not documented;
+// 22009 is its frequency limit, PROTOCOLS §3.6). A send without msg_id is
+// an active message: 400 with 40034102 unless Config.AllowActive. Empty
+// messages get 50006.
 //
 // Inbound: [Server.Push] posts a user message (group @-message, C2C
 // message, guild channel @-message with "<@!bot>" markup, quote and

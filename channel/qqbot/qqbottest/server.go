@@ -39,13 +39,21 @@ const (
 
 // Business codes the fake answers with (see the package doc).
 const (
-	CodeEmptyMessage   = 50006
-	CodeBadRequest     = 12002
-	CodeMsgIDWrong     = 304026
-	CodeReplyExpired   = 304027
-	CodeDuplicateSeq   = 40054005
-	CodeActiveDenied   = 40034102
-	CodeMsgLimit       = 22009
+	CodeEmptyMessage = 50006
+	CodeBadRequest   = 12002
+	CodeMsgIDWrong   = 304026
+	CodeReplyExpired = 304027
+	CodeDuplicateSeq = 40054005
+	CodeActiveDenied = 40034102
+	// CodeMsgLimit (22009, "msg limit exceed") is the platform's
+	// frequency limit (PROTOCOLS §3.6, the docs' error-trace/openapi.md);
+	// the fake answers it only when injected with FailNextSend.
+	CodeMsgLimit = 22009
+	// CodeReplyLimit answers a reply to a msg_id that had its MaxReplies
+	// replies. It is not a platform code: the platform's code for this is
+	// not documented (users report the text "reply msg exceed limit"), so
+	// the fake uses this stand-in, which the adapter must never see.
+	CodeReplyLimit     = 990001
 	CodeTokenExpired   = 11244
 	CodeBadCredentials = 100016
 	CodeNoPermission   = 11253
@@ -642,7 +650,7 @@ func (s *Server) handleSend(w http.ResponseWriter, r *http.Request, route, targe
 				return
 			}
 			if in.replies >= s.cfg.MaxReplies {
-				fail(http.StatusBadRequest, CodeMsgLimit, "msg limit exceed")
+				fail(http.StatusBadRequest, CodeReplyLimit, "reply msg exceed limit")
 				return
 			}
 			in.seqs[m.MsgSeq] = true

@@ -98,7 +98,7 @@ func TestReplyRules(t *testing.T) {
 	}
 	status, out = send(map[string]any{"content": "sixth", "msg_type": 0, "msg_id": p.ID, "msg_seq": 6})
 	require.Equal(t, 400, status)
-	require.EqualValues(t, qqbottest.CodeMsgLimit, out["code"])
+	require.EqualValues(t, qqbottest.CodeReplyLimit, out["code"])
 
 	p2, err := srv.Push(t.Context(), qqbottest.Incoming{Chat: grp, From: channel.Sender{ID: "M1"}, Text: "later"})
 	require.NoError(t, err)

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -22,10 +23,47 @@ const maxResponseBytes = 1 << 20
 
 // ErrUnauthorized is matched (errors.Is) by errors of calls DingTalk
 // refused for the app's credentials: connections/open or the access token
-// answered 400, 401 or 403, or a robot API kept answering 401 with a fresh
-// token. Run returns such an error instead of retrying; a Send that gets
-// one also matches channel.ErrOffline.
+// answered 401, or 400 or 403 that is not a rate limit, or a robot API
+// kept answering 401 with a fresh token. Run returns such an error
+// instead of retrying; such an error also matches channel.ErrOffline (it
+// is never a channel.RejectedError, so channel.Classify gives
+// channel.ClassOffline). A throttled connections/open or token call (403
+// Forbidden.AccessDenied.QpsLimit…, 429) is a *channel.RateLimitedError
+// and is retried.
 var ErrUnauthorized = errors.New("dingtalk: unauthorized (check the client id and secret)")
+
+// authError is a refusal of the credentials: it matches ErrUnauthorized
+// and channel.ErrOffline, and errors.As still finds the *APIError, but it
+// does not match the answer's other classes (a 400's RejectedError).
+type authError struct{ err error }
+
+func (e *authError) Error() string { return ErrUnauthorized.Error() + ": " + e.err.Error() }
+
+// Unwrap returns the classes of a credentials refusal.
+func (e *authError) Unwrap() []error { return []error{ErrUnauthorized, channel.ErrOffline} }
+
+// As finds the *APIError of the refused call.
+func (e *authError) As(target any) bool {
+	if p, ok := target.(**APIError); ok {
+		return errors.As(e.err, p)
+	}
+	return false
+}
+
+// credentialsRefused reports whether err, the failure of a call made with
+// the client id and secret (connections/open, oauth2/accessToken), says the
+// credentials are bad: 401, or 400/403 that is not a rate limit.
+func credentialsRefused(err error) bool {
+	var ae *APIError
+	if !errors.As(err, &ae) || errors.Is(err, channel.ErrRateLimited) {
+		return false
+	}
+	return ae.Status == http.StatusUnauthorized || ae.Status == http.StatusBadRequest || ae.Status == http.StatusForbidden
+}
+
+// errcodeBusy is the errcode of "system busy" (系统繁忙), a transient
+// answer even in a 2xx.
+const errcodeBusy = -1
 
 // The throttling codes the adapter recognises (classification is by these
 // codes, never by message text).
@@ -67,7 +105,8 @@ var kickedCodes = map[string]bool{
 //     also match channel.ErrKicked;
 //   - 401 (after one retry with a fresh token): ErrUnauthorized and
 //     channel.ErrOffline;
-//   - 5xx and anything else: unclassified, i.e. transient.
+//   - errcode -1 (system busy) in a 2xx answer, 5xx and anything else:
+//     unclassified, i.e. transient.
 type APIError struct {
 	// Op is the call that failed ("groupMessages/send", "sessionWebhook",
 	// …); never a URL.
@@ -145,6 +184,8 @@ func classify(op string, status int, h http.Header, body []byte, throttle time.D
 		rate(time.Duration(min(int64(b.Wait), 3600)) * time.Second)
 	case b.ErrCode == ErrcodeSendTooFast || b.ErrCode == ErrcodeThrottled:
 		rate(throttle)
+	case status/100 == 2 && b.ErrCode == errcodeBusy:
+		// transient: the pipeline retries
 	case status == http.StatusUnauthorized:
 		e.classes = []error{ErrUnauthorized, channel.ErrOffline}
 	case status == http.StatusBadRequest, status == http.StatusForbidden, status == http.StatusNotFound,
@@ -245,27 +286,62 @@ func (c *Channel) cleanAPIError(e *APIError) *APIError {
 // error: the client secret, recent access tokens, connection tickets and
 // session webhook URLs (whose query is a credential).
 type secretSet struct {
-	mu   sync.Mutex
-	list []string
+	mu sync.Mutex
+	// pinned (the client secret) and current (the access token in use)
+	// are never evicted.
+	pinned  []string
+	current string
+	list    []string // the most recent others, at most maxSecrets
 }
 
-// maxSecrets bounds the remembered secrets; the client secret stays.
+// maxSecrets bounds the rolling list of remembered secrets; the pinned
+// ones and the current access token are kept besides.
 const maxSecrets = 256
 
-func (s *secretSet) add(v string) {
-	if len(v) < 4 {
-		return // too short to be a credential, and would redact noise
+// minSecret: shorter values are not credentials and would redact noise.
+const minSecret = 4
+
+// pin remembers a secret for good (the client secret).
+func (s *secretSet) pin(v string) {
+	if len(v) < minSecret {
+		return
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for _, x := range s.list {
-		if x == v {
-			return
-		}
+	if !slices.Contains(s.pinned, v) {
+		s.pinned = append(s.pinned, v)
+	}
+}
+
+// setCurrent remembers the access token in use; it is kept regardless of
+// the cap, and the one it replaces joins the rolling list.
+func (s *secretSet) setCurrent(v string) {
+	if len(v) < minSecret {
+		return
+	}
+	s.mu.Lock()
+	old := s.current
+	s.current = v
+	s.mu.Unlock()
+	if old != "" && old != v {
+		s.add(old)
+	}
+}
+
+// add remembers a secret in the rolling list (the oldest is forgotten
+// beyond maxSecrets).
+func (s *secretSet) add(v string) {
+	if len(v) < minSecret {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if slices.Contains(s.list, v) {
+		return
 	}
 	s.list = append(s.list, v)
 	if len(s.list) > maxSecrets {
-		s.list = append(s.list[:1], s.list[len(s.list)-maxSecrets+1:]...)
+		s.list = append(s.list[:0], s.list[len(s.list)-maxSecrets:]...)
 	}
 }
 
@@ -292,9 +368,13 @@ func (s *secretSet) scrub(text string) string {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for _, x := range s.list {
-		if strings.Contains(text, x) {
-			text = strings.ReplaceAll(text, x, "<redacted>")
+	// The pinned and current secrets first: a rolling one may be part of
+	// them.
+	for _, l := range [][]string{s.pinned, {s.current}, s.list} {
+		for _, x := range l {
+			if x != "" && strings.Contains(text, x) {
+				text = strings.ReplaceAll(text, x, "<redacted>")
+			}
 		}
 	}
 	return text
@@ -367,16 +447,15 @@ func (c *Channel) accessToken(ctx context.Context) (string, error) {
 	err := c.do(ctx, call{op: "oauth2/accessToken", url: c.cfg.APIBase + "/v1.0/oauth2/accessToken",
 		body: map[string]string{"appKey": c.cfg.ClientID, "appSecret": c.cfg.ClientSecret}, result: &res})
 	if err != nil {
-		var ae *APIError
-		if errors.As(err, &ae) && (ae.Status == http.StatusBadRequest || ae.Status == http.StatusUnauthorized || ae.Status == http.StatusForbidden) {
-			return "", fmt.Errorf("%w: %w", ErrUnauthorized, err)
+		if credentialsRefused(err) {
+			return "", &authError{err: err}
 		}
 		return "", err
 	}
 	if res.AccessToken == "" || strings.ContainsAny(res.AccessToken, " \t\r\n") {
 		return "", errors.New("dingtalk: oauth2/accessToken: the answer has no usable accessToken")
 	}
-	c.secrets.add(res.AccessToken)
+	c.secrets.setCurrent(res.AccessToken)
 	life := time.Duration(res.ExpireIn) * time.Second
 	if life <= 0 || life > 24*time.Hour {
 		life = 2 * time.Hour // the documented lifetime

@@ -137,7 +137,7 @@ func TestSessionsAndQuotes(t *testing.T) {
 func TestSecretSet(t *testing.T) {
 	t.Parallel()
 	var s secretSet
-	s.add("the-client-secret")
+	s.pin("the-client-secret")
 	s.add("ab") // too short to redact
 	s.addURL("https://oapi.dingtalk.com/robot/sendBySession?session=abcdef123456")
 	require.Equal(t, "x <redacted> y ab <redacted>", s.scrub("x the-client-secret y ab abcdef123456"))
@@ -145,7 +145,7 @@ func TestSecretSet(t *testing.T) {
 		s.add("secret-number-" + itoa(i))
 	}
 	require.Len(t, s.list, maxSecrets)
-	require.Equal(t, "<redacted>", s.scrub("the-client-secret"), "the first secret stays")
+	require.Equal(t, "<redacted>", s.scrub("the-client-secret"), "the pinned secret stays")
 }
 
 func groupChat(id string) channel.Chat { return channel.Chat{Kind: channel.Group, ID: id} }

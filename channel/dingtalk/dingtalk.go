@@ -61,7 +61,7 @@ func New(cfg Config) (*Channel, error) {
 		return nil, err
 	}
 	c := &Channel{cfg: cfg, log: cfg.Logger.With("platform", Platform), jitter: rand.Float64}
-	c.secrets.add(cfg.ClientSecret)
+	c.secrets.pin(cfg.ClientSecret)
 	return c, nil
 }
 

@@ -99,10 +99,23 @@
 // deliver them again, unlike events), so the adapter keeps the refused
 // message and offers it to the sink again after a backoff (RetryMin
 // doubling to RetryMax), in order, until it is accepted
-// (dingtalk_event_redelivered) or Run ends (dingtalk_event_dropped).
-// Messages wait for the sink in a queue of Config.Backlog; a message that
-// finds it full is refused and logged (dingtalk_backlog_full). The
-// pipeline's idempotent enqueue drops a message it already has.
+// (dingtalk_event_redelivered). Messages wait for the sink in a local,
+// in-memory queue of Config.Backlog, and a refused message holds up the
+// ones behind it. The pipeline's idempotent enqueue drops a message it
+// already has.
+//
+// Since DingTalk never delivers a robot message again, this queue is the
+// only copy, and some messages are lost (each one is logged):
+//
+//   - beyond the backlog: a message that arrives while Config.Backlog
+//     messages already wait (for instance behind one the sink keeps
+//     refusing) is answered LATER and lost (dingtalk_backlog_full);
+//   - at shutdown: when Run ends, the message being offered and those
+//     still queued are offered to the sink once more, in order, with a
+//     context detached from Run's and a 5 s deadline for all of them
+//     (dingtalk_flushing); each one still refused, or not offered in
+//     time, is lost (dingtalk_event_dropped). The queue is not persisted,
+//     so a crash loses all of it.
 //
 // Health. Run reports Connected and Online while a connection is up and
 // offline as soon as it is lost; Send fails fast with channel.ErrOffline
@@ -112,8 +125,10 @@
 // connect again at once while the old connection drains. Lost
 // connections and failed attempts are retried after RetryMin doubling to
 // RetryMax with ±20 % jitter on Config.Clock (or the platform's
-// Retry-After when longer); credentials refused by connections/open (400,
-// 401, 403) end Run with [ErrUnauthorized].
+// Retry-After when longer), also when connections/open is throttled (403
+// Forbidden.AccessDenied.QpsLimit…, 429); credentials refused by
+// connections/open (401, or 400/403 that is not a rate limit) end Run
+// with [ErrUnauthorized].
 //
 // Errors. Every HTTP call and the WebSocket handshake have the
 // CallTimeout deadline (10 s). Send errors are [*APIError] values
@@ -122,13 +137,17 @@
 // or 410100, a flow-controlled user) is a *channel.RateLimitedError;
 // 400/403/404 and other errcodes are definitive rejections, those of a
 // robot removed from the group also channel.ErrKicked; media other than
-// image links are channel.ErrMediaInvalid; 5xx and network errors are
-// transient. DingTalk has no error for a muted robot that the adapter
+// image links are channel.ErrMediaInvalid; errcode -1 (system busy), 5xx
+// and network errors are transient. Credentials the token endpoint
+// refuses (401, or 400/403 that is not a rate limit) give
+// [ErrUnauthorized], which is channel.ErrOffline, never a rejection. DingTalk has no error for a muted robot that the adapter
 // could recognise, so channel.ErrMuted is never returned. The access
 // token is fetched with the client id and secret (oauth2/accessToken),
 // cached and fetched again TokenRefresh before it expires or when a call
 // answers 401. The client secret, access tokens, connection tickets and
-// session webhook URLs never appear in logs or errors.
+// session webhook URLs never appear in logs or errors (the client secret
+// and the current access token are always redacted; of the others, the
+// 256 most recent).
 //
 // Receipts. A session webhook answers no message id, so its receipt holds
 // an id derived from Outgoing.IdempotencyKey (the delivery ledger's

@@ -25,8 +25,9 @@ import (
 // Errors: channel.ErrMediaTooLarge when m.Size exceeds req.MaxBytes > 0;
 // channel.ErrMediaUnavailable when m has no download code or the API
 // refuses it definitively (400, 403, 404: an expired or foreign code);
-// a *channel.RateLimitedError when throttled; ErrUnauthorized when the
-// credentials are refused; other failures are transient. Errors never
+// a *channel.RateLimitedError when throttled; ErrUnauthorized (also
+// channel.ErrOffline, never ErrMediaUnavailable) when the credentials are
+// refused; other failures are transient. Errors never
 // contain the access token or the link.
 func (c *Channel) FetchMedia(ctx context.Context, _ channel.Chat, m channel.Media, req channel.MediaRequest) (channel.MediaContent, error) {
 	if err := ctx.Err(); err != nil {

@@ -226,6 +226,8 @@ func TestSendErrors(t *testing.T) {
 		{name: "webhook other errcode", webhook: true, fail: dingtalktest.Failure{ErrCode: 310000, ErrMsg: "keywords not in content"},
 			class: channel.ClassRejected, code: "310000"},
 		{name: "webhook 500", webhook: true, fail: dingtalktest.Failure{Status: 500}, class: channel.ClassTransient},
+		{name: "webhook system busy", webhook: true, fail: dingtalktest.Failure{ErrCode: -1, ErrMsg: "系统繁忙"}, class: channel.ClassTransient},
+		{name: "api system busy", fail: dingtalktest.Failure{Status: 200, Body: `{"errcode":-1,"errmsg":"系统繁忙"}`}, class: channel.ClassTransient},
 		{name: "webhook 429", webhook: true, fail: dingtalktest.Failure{Status: 429, RetryAfter: 7}, class: channel.ClassRateLimited, retry: 7 * time.Second},
 		{name: "webhook gateway punish", webhook: true, fail: dingtalktest.Failure{Status: 200, Body: `{"status":1111,"wait":5,"source":"x5","punish":"deny","uuid":"u"}`},
 			class: channel.ClassRateLimited, retry: 5 * time.Second},

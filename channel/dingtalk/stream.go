@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net/http"
 	"net/url"
 	"strings"
 	"sync"
@@ -19,8 +18,9 @@ import (
 	"github.com/personakit/persona/channel"
 )
 
-// bookkeepingTimeout bounds the work done after Run's context ended (the
-// final state report).
+// bookkeepingTimeout bounds each piece of work done after Run's context
+// ended: the last offer of the messages still waiting for the sink, and
+// the final state report.
 const bookkeepingTimeout = 5 * time.Second
 
 // quickDisconnect: a disconnect frame sooner than this after connecting
@@ -43,7 +43,9 @@ const hardFrameFactor = 16
 //     returned nil; a refused message is answered 500 with data status
 //     LATER, and since DingTalk does not deliver robot messages again,
 //     Run offers it to the sink again after a backoff, until accepted or
-//     ctx ends;
+//     ctx ends; when ctx ends, the messages still waiting are offered
+//     once more (bounded by a 5 s deadline) and those not accepted are
+//     logged as lost (dingtalk_event_dropped);
 //   - on a "disconnect" frame opens the next connection at once and
 //     reads the old one until the server closes it (at most
 //     DrainTimeout);
@@ -54,8 +56,9 @@ const hardFrameFactor = 16
 //
 // Run reports Connected and Online to the sink while a connection is up,
 // offline as soon as it is lost. It returns nil when ctx ends, an error
-// wrapping ErrUnauthorized when DingTalk refuses the credentials, and
-// ErrRunning when another Run is active.
+// wrapping ErrUnauthorized when DingTalk refuses the credentials (a
+// throttled connections/open is retried), and ErrRunning when another Run
+// is active.
 func (c *Channel) Run(ctx context.Context, sink channel.Sink) error {
 	if sink == nil {
 		return errors.New("dingtalk: Run with a nil sink")
@@ -70,15 +73,16 @@ func (c *Channel) Run(ctx context.Context, sink channel.Sink) error {
 	// lctx ends with the loop, also when it gives up (refused
 	// credentials): the delivery goroutine and draining connections stop.
 	lctx, stop := context.WithCancel(ctx)
+	var pending *item // the message being delivered when the loop stopped
 	r.wg.Add(1)
 	go func() {
 		defer r.wg.Done()
-		r.deliverLoop(lctx)
+		pending = r.deliverLoop(lctx)
 	}()
 	err := r.loop(lctx)
 	stop()
-	r.wg.Wait()
-	r.dropBacklog()
+	r.wg.Wait() // the readers too: nothing is queued any more
+	r.flush(ctx, pending)
 
 	c.offline.Store(false)
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), bookkeepingTimeout)
@@ -109,6 +113,7 @@ type item struct {
 	ev      channel.Event
 	cn      *conn
 	frameID string // the frame's messageId ("" when it had none: no ack)
+	offers  int    // how many times the sink refused it (it was answered LATER after the first)
 }
 
 // conn is one Stream connection.
@@ -277,11 +282,10 @@ func (r *runner) connect(ctx context.Context) (*conn, error) {
 	var ep endpoint
 	err := c.do(ctx, call{op: "gateway/connections/open", url: c.cfg.APIBase + "/v1.0/gateway/connections/open", body: body, result: &ep})
 	if err != nil {
-		var ae *APIError
-		if errors.As(err, &ae) && (ae.Status == http.StatusBadRequest || ae.Status == http.StatusUnauthorized || ae.Status == http.StatusForbidden) {
-			return nil, fmt.Errorf("%w: %w", ErrUnauthorized, err)
+		if credentialsRefused(err) {
+			return nil, &authError{err: err}
 		}
-		return nil, err
+		return nil, err // a rate limit or a transient failure: retried
 	}
 	if ep.Ticket == "" || strings.ContainsAny(ep.Ticket, " \t\r\n") {
 		return nil, errors.New("dingtalk: gateway/connections/open: the answer has no usable ticket")
@@ -582,63 +586,110 @@ func (r *runner) ack(cn *conn, a Ack) {
 	}
 }
 
-// deliverLoop hands queued messages to the sink in order.
-func (r *runner) deliverLoop(ctx context.Context) {
+// deliverLoop hands queued messages to the sink in order. When ctx ends
+// it returns the message it was delivering (nil when none), for flush.
+func (r *runner) deliverLoop(ctx context.Context) *item {
 	for {
+		// ctx first: a select with both ready picks at random.
+		if ctx.Err() != nil {
+			return nil
+		}
 		select {
 		case <-ctx.Done():
-			return
+			return nil
 		case it := <-r.items:
-			r.deliver(ctx, it)
+			if ctx.Err() != nil {
+				return &it
+			}
+			if !r.deliver(ctx, &it) {
+				return &it
+			}
 		}
 	}
 }
 
 // deliver hands one message to the sink, acknowledging it once accepted;
 // a refusal is answered LATER and the message offered again after a
-// backoff.
-func (r *runner) deliver(ctx context.Context, it item) {
+// backoff. It reports false when ctx ended before the sink accepted it.
+func (r *runner) deliver(ctx context.Context, it *item) bool {
 	c := r.c
-	for n := 1; ; n++ {
+	for {
 		err := r.sink.HandleEvent(ctx, it.ev)
 		if err == nil {
-			if n == 1 {
-				r.ack(it.cn, newAck(it.frameID, AckOK, "OK", ackDataBot))
-			} else {
-				c.log.Info("dingtalk_event_redelivered", "message_id", it.ev.MessageID, "chat", it.ev.Chat.String(), "attempts", n)
-			}
-			return
+			r.accepted(it)
+			return true
 		}
-		if n == 1 {
-			r.ack(it.cn, newAck(it.frameID, AckFailed, "not stored", ackDataLater))
-		}
+		r.refused(it)
 		if ctx.Err() != nil {
-			r.lost(it, "stopped before the sink accepted it")
-			return
+			return false
 		}
-		if !r.pause(ctx, c.backoff(n), slog.LevelWarn, "dingtalk_event_nacked", "message_id", it.ev.MessageID,
-			"chat", it.ev.Chat.String(), "attempt", n, "err", err, "effect", "offered to the sink again after the delay") {
-			r.lost(it, "stopped before the sink accepted it")
-			return
+		if !r.pause(ctx, c.backoff(it.offers), slog.LevelWarn, "dingtalk_event_nacked", "message_id", it.ev.MessageID,
+			"chat", it.ev.Chat.String(), "attempt", it.offers, "err", err, "effect", "offered to the sink again after the delay") {
+			return false
 		}
 	}
 }
 
+// accepted acknowledges a message the sink took (a message refused before
+// was already answered LATER, so it is only logged).
+func (r *runner) accepted(it *item) {
+	if it.offers == 0 {
+		r.ack(it.cn, newAck(it.frameID, AckOK, "OK", ackDataBot))
+		return
+	}
+	r.c.log.Info("dingtalk_event_redelivered", "message_id", it.ev.MessageID, "chat", it.ev.Chat.String(), "attempts", it.offers+1)
+}
+
+// refused counts a refusal, answering LATER the first time.
+func (r *runner) refused(it *item) {
+	if it.offers == 0 {
+		r.ack(it.cn, newAck(it.frameID, AckFailed, "not stored", ackDataLater))
+	}
+	it.offers++
+}
+
 // lost logs a message that never reached the sink.
-func (r *runner) lost(it item, why string) {
+func (r *runner) lost(it *item, why string) {
 	r.c.log.Error("dingtalk_event_dropped", "message_id", it.ev.MessageID, "chat", it.ev.Chat.String(), "reason", why,
 		"detail", "DingTalk does not deliver robot messages again")
 }
 
-// dropBacklog refuses what is still queued when Run ends.
-func (r *runner) dropBacklog() {
-	for {
+// flush runs when Run ends, after every reader stopped: it offers the
+// message that was being delivered (pending) and then the queued ones to
+// the sink once more, in order, with a context detached from ctx and
+// bounded by bookkeepingTimeout, and logs each one still not accepted as
+// lost.
+func (r *runner) flush(ctx context.Context, pending *item) {
+	var left []*item
+	if pending != nil {
+		left = append(left, pending)
+	}
+	for more := true; more; {
 		select {
 		case it := <-r.items:
-			r.ack(it.cn, newAck(it.frameID, AckFailed, "shutting down", ackDataLater))
-			r.lost(it, "queued when Run stopped")
+			left = append(left, &it)
 		default:
-			return
+			more = false
 		}
+	}
+	if len(left) == 0 {
+		return
+	}
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), bookkeepingTimeout)
+	defer cancel()
+	r.c.log.Info("dingtalk_flushing", "messages", len(left), "timeout", bookkeepingTimeout)
+	for _, it := range left {
+		if fctx.Err() != nil {
+			r.refused(it)
+			r.lost(it, "Run stopped; no time left to offer it")
+			continue
+		}
+		err := r.sink.HandleEvent(fctx, it.ev)
+		if err == nil {
+			r.accepted(it)
+			continue
+		}
+		r.refused(it)
+		r.lost(it, "Run stopped; refused again: "+err.Error())
 	}
 }

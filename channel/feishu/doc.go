@@ -31,7 +31,9 @@
 // signed: X-Lark-Signature = hex SHA-256 of X-Lark-Request-Timestamp,
 // X-Lark-Request-Nonce, the key and the raw body ([Signature]), with the
 // timestamp within Config.ReplayWindow (5 minutes by default, either way,
-// on Config.Clock; only the URL verification may come unsigned). The
+// on Config.Clock; only the URL verification may come unsigned, and any
+// other unsigned request gets one uniform 401, whatever its decrypted
+// body, so that the answers reveal nothing of the plaintext). The
 // window bounds each request's own timestamp, so it refuses a captured
 // request replayed later. Feishu retries a callback that is not answered
 // 200 within 3 s after 15 s, 5 min, 1 h and 6 h. See [Channel.ServeHTTP]
@@ -78,9 +80,10 @@
 // message of an Outgoing with ReplyTo goes through the reply API, the
 // others to the chat (chat_id for groups, open_id for private chats).
 // Every message carries the send uuid [SendUUID](Outgoing.IdempotencyKey)
-// — the delivery ledger's fingerprint — so the platform sends at most one
-// message per chunk within an hour however often a lost answer makes the
-// pipeline retry it. The text limit is 4000 runes ([Channel.TextLimit]).
+// — the key of that chunk, unique per turn and slot and the same on every
+// attempt to send it — so the platform sends at most one message per
+// chunk within an hour however often a lost answer makes the pipeline
+// retry it. The text limit is 4000 runes ([Channel.TextLimit]).
 // [Channel.FetchMedia] (channel.MediaFetcher) downloads received media
 // from the resource API with the tenant token and hands the stream over
 // as MediaContent.Body. [Channel.FetchHistory] (channel.HistoryFetcher)
@@ -118,7 +121,9 @@
 // (webhook) or the long connection is up; offline after OfflineAfter
 // failed probes (webhook) or as soon as the connection drops, and while
 // offline Send fails fast with channel.ErrOffline. The connection is
-// given up after three ping intervals without a frame from the server.
+// given up after three ping intervals without a frame from the server
+// (time the reader waits for room in the 64-event queue of a slow sink,
+// logged as feishu_ws_queue_full, does not count).
 // Reconnects and startup retries wait RetryMin doubling to RetryMax with
 // ±20 % jitter on Config.Clock. A refusal of the credentials ends Run
 // with [ErrUnauthorized]; the endpoint's connection limit (another client

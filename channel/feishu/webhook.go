@@ -27,10 +27,14 @@ import (
 //   - 401 when an Encrypt Key is configured and a signed request has a
 //     X-Lark-Request-Timestamp outside Config.ReplayWindow (5 min by
 //     default, either way) or a wrong X-Lark-Signature; when the body is
-//     not encrypted, cannot be decrypted (not base64, truncated, bad
-//     padding), or is an event without a signature (only the URL
-//     verification may come unsigned, as the SDKs allow); and when an
-//     encrypted body arrives while no Encrypt Key is configured;
+//     not encrypted or cannot be decrypted (not base64, truncated, bad
+//     padding); when an encrypted body arrives while no Encrypt Key is
+//     configured; and, with an Encrypt Key, for every unsigned request
+//     but a URL verification with the right token (as the SDKs allow):
+//     whatever the decrypted body (undecryptable, not JSON, not UTF-8, an
+//     event, a wrong token), the answer is the same 401 with the same
+//     body, so that it reveals nothing of the plaintext (the reason is
+//     logged only);
 //   - 400 for a body that is not a JSON callback;
 //   - 403 when the verification token (of the URL verification or the
 //     event header) is not Config.VerificationToken;
@@ -94,6 +98,19 @@ func (c *Channel) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		reject(http.StatusBadRequest, "malformed JSON body")
 		return
 	}
+	// An unsigned request (with an Encrypt Key configured) is decrypted
+	// only so that the URL verification can be answered: every refusal
+	// from the decryption on is the same 401 with the same body, whatever
+	// its reason (logged only), so that the answers are no padding or
+	// format oracle on the ciphertext.
+	unsigned := key != "" && !signed
+	refuse := func(status int, reason string, attrs ...any) {
+		if unsigned {
+			status = http.StatusUnauthorized
+			attrs = append(attrs, "signed", false)
+		}
+		reject(status, reason, attrs...)
+	}
 	plain := body
 	switch {
 	case cb.Encrypt != nil && key == "":
@@ -102,12 +119,12 @@ func (c *Channel) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	case cb.Encrypt != nil:
 		if plain, err = Decrypt(*cb.Encrypt, key); err != nil {
-			reject(http.StatusUnauthorized, "cannot decrypt", "err", err)
+			refuse(http.StatusUnauthorized, "cannot decrypt", "err", err)
 			return
 		}
 		cb = callbackBody{}
 		if err := json.Unmarshal(plain, &cb); err != nil || cb.Encrypt != nil {
-			reject(http.StatusBadRequest, "malformed decrypted body")
+			refuse(http.StatusBadRequest, "malformed decrypted body")
 			return
 		}
 	case key != "":
@@ -115,12 +132,12 @@ func (c *Channel) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !utf8.Valid(plain) {
-		reject(http.StatusBadRequest, "body is not UTF-8")
+		refuse(http.StatusBadRequest, "body is not UTF-8")
 		return
 	}
 	if cb.Type == typeURLVerification {
 		if !c.tokenOK(cb.Token) {
-			reject(http.StatusForbidden, "wrong verification token in the URL verification")
+			refuse(http.StatusForbidden, "wrong verification token in the URL verification")
 			return
 		}
 		c.log.Info("feishu_url_verified", "remote", r.RemoteAddr)
@@ -128,8 +145,8 @@ func (c *Channel) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		_ = json.NewEncoder(w).Encode(map[string]string{"challenge": cb.Challenge})
 		return
 	}
-	if key != "" && !signed {
-		reject(http.StatusUnauthorized, "event callback without a signature")
+	if unsigned {
+		refuse(http.StatusUnauthorized, "event callback without a signature")
 		return
 	}
 	if !c.tokenOK(cb.token()) {

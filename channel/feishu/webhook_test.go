@@ -3,6 +3,8 @@ package feishu_test
 import (
 	"bytes"
 	"context"
+	"crypto/aes"
+	"encoding/base64"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
@@ -231,6 +233,87 @@ func TestWebhookRejectsBadRequests(t *testing.T) {
 	// event" is an unsupported event type).
 	require.Contains(t, p.buf.String(), "feishu_event_skipped")
 	require.NotContains(t, k.buf.String(), "feishu_event_nacked")
+}
+
+// TestWebhookUnsignedNoOracle: with an Encrypt Key, an unsigned request
+// is decrypted only to answer the URL verification; every other outcome
+// of the decryption (an event, bad padding, a plaintext that is not JSON
+// or not UTF-8, other JSON, a wrong token) gets the very same answer, so
+// that trying IV bytes recovers nothing of the plaintext (a padding
+// oracle), and the sink sees nothing.
+func TestWebhookUnsignedNoOracle(t *testing.T) {
+	t.Parallel()
+	const key = "oracle key"
+	srv := newFake(t, feishutest.Config{EncryptKey: key})
+	log, buf := newLogger()
+	ch := newChannel(t, srv, feishu.ModeWebhook, func(c *feishu.Config) { c.Logger = log })
+	sink := newRecSink()
+	run(t, ch, sink)
+	sink.waitOnline(t, true)
+
+	unsigned := func(encrypted string) *http.Request {
+		body, err := json.Marshal(map[string]string{"encrypt": encrypted})
+		require.NoError(t, err)
+		r := httptest.NewRequest(http.MethodPost, "/events", bytes.NewReader(body))
+		r.Header.Set(feishu.HeaderRequestTimestamp, strconv.FormatInt(time.Now().Unix(), 10))
+		r.Header.Set(feishu.HeaderRequestNonce, "n-1")
+		return r
+	}
+	// badPadding is a valid ciphertext whose last plaintext byte (the pad
+	// length, 1 to 16) is flipped to one above 32.
+	badPadding := func(plain []byte) string {
+		raw, err := base64.StdEncoding.DecodeString(feishutest.Encrypt(key, plain))
+		require.NoError(t, err)
+		raw[len(raw)-aes.BlockSize-1] ^= 0xff
+		return base64.StdEncoding.EncodeToString(raw)
+	}
+	event := sampleEvent(t, srv, nil)
+	cases := map[string]string{
+		"event":                     feishutest.Encrypt(key, event),
+		"corrupted padding":         badPadding(event),
+		"valid padding, not JSON":   feishutest.Encrypt(key, []byte("not json at all")),
+		"not UTF-8":                 feishutest.Encrypt(key, []byte(`{"type":"url_verification","challenge":"`+"\xff"+`","token":"x"}`)),
+		"other JSON":                feishutest.Encrypt(key, []byte(`{"schema":"2.0","type":"event_callback"}`)),
+		"nested encrypt":            feishutest.Encrypt(key, []byte(`{"encrypt":"abc"}`)),
+		"verification, wrong token": feishutest.Encrypt(key, []byte(`{"challenge":"c1","token":"wrong","type":"url_verification"}`)),
+		"truncated":                 feishutest.Encrypt(key, event)[:24],
+		"verification, another key": feishutest.Encrypt("another key", []byte(`{"challenge":"c2","token":"`+srv.VerificationToken()+`","type":"url_verification"}`)),
+	}
+	ref := serve(ch, unsigned(cases["event"]))
+	require.Equal(t, http.StatusUnauthorized, ref.Code)
+	for name, enc := range cases {
+		w := serve(ch, unsigned(enc))
+		require.Equal(t, ref.Code, w.Code, name)
+		require.Equal(t, ref.Body.Bytes(), w.Body.Bytes(), name)
+		require.Equal(t, ref.Header(), w.Header(), name)
+	}
+	// The scratch attack: all 256 values of the last IV byte of a
+	// one-block ciphertext (exactly one of which has valid padding) get
+	// one answer.
+	raw, err := base64.StdEncoding.DecodeString(feishutest.Encrypt(key, []byte("0123456789abcdef"[:13])))
+	require.NoError(t, err)
+	raw = raw[:2*aes.BlockSize]
+	for b := range 256 {
+		raw[aes.BlockSize-1] = byte(b)
+		w := serve(ch, unsigned(base64.StdEncoding.EncodeToString(raw)))
+		require.Equal(t, ref.Code, w.Code, "IV byte %d", b)
+		require.Equal(t, ref.Body.Bytes(), w.Body.Bytes(), "IV byte %d", b)
+	}
+	// The reasons are told in the log only.
+	for _, reason := range []string{"event callback without a signature", "cannot decrypt", "malformed decrypted body", "body is not UTF-8", "wrong verification token in the URL verification"} {
+		require.True(t, strings.Contains(buf.String(), reason), "log lacks %q", reason)
+	}
+	require.Empty(t, sink.Events())
+	require.Empty(t, sink.Refused())
+
+	// A proper unsigned URL verification is still answered.
+	w := serve(ch, unsigned(feishutest.Encrypt(key, []byte(`{"challenge":"ajls384kdjx98XX","token":"`+srv.VerificationToken()+`","type":"url_verification"}`))))
+	require.Equal(t, http.StatusOK, w.Code, w.Body.String())
+	require.JSONEq(t, `{"challenge":"ajls384kdjx98XX"}`, w.Body.String())
+	// And a signed request still gets its specific answer.
+	w = serve(ch, request(t, key, time.Now(), []byte("not json")))
+	require.Equal(t, http.StatusBadRequest, w.Code)
+	require.Empty(t, sink.Events())
 }
 
 // TestWebhookReplayWindow: the 5-minute window on the injected clock, at

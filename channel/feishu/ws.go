@@ -218,6 +218,7 @@ type wsSession struct {
 	service  int32
 	ping     atomic.Int64 // the ping interval
 	lastRecv atomic.Int64 // clock time of the last frame, Unix ns
+	blocked  atomic.Bool  // the reader waits for room in frames
 	frames   chan Frame   // data frames for the deliverer
 	parts    map[string]*partial
 }
@@ -285,10 +286,8 @@ func (s *wsSession) reader(ctx context.Context) error {
 			switch t := f.Header(HeaderType); t {
 			case TypeEvent:
 				f.Payload = payload
-				select {
-				case s.frames <- f:
-				case <-ctx.Done():
-					return context.Cause(ctx)
+				if err := s.enqueue(ctx, f); err != nil {
+					return err
 				}
 			case TypeCard:
 				c.log.Info("feishu_ws_frame_skipped", "reason", "card callback (not handled)")
@@ -298,6 +297,32 @@ func (s *wsSession) reader(ctx context.Context) error {
 		default:
 			c.log.Warn("feishu_ws_frame_dropped", "reason", "unknown frame method", "method", f.Method)
 		}
+	}
+}
+
+// enqueue hands an event frame to the deliverer. While the queue is
+// full (a slow sink) the reader reads nothing, pongs included: the
+// pinger does not count that time as the server's silence (blocked), and
+// the wait ends with lastRecv set to its end.
+func (s *wsSession) enqueue(ctx context.Context, f Frame) error {
+	select {
+	case s.frames <- f:
+		return nil
+	default:
+	}
+	c := s.r.c
+	c.log.Warn("feishu_ws_queue_full", "frames", cap(s.frames), "message_id", f.Header(HeaderMessageID),
+		"effect", "reading paused until the sink takes an event")
+	s.blocked.Store(true)
+	defer func() {
+		s.lastRecv.Store(c.clk.Now().UnixNano())
+		s.blocked.Store(false)
+	}()
+	select {
+	case s.frames <- f:
+		return nil
+	case <-ctx.Done():
+		return context.Cause(ctx)
 	}
 }
 
@@ -387,7 +412,8 @@ func (s *wsSession) assemble(f Frame) ([]byte, bool) {
 }
 
 // pinger pings at the current interval and ends the connection when the
-// server has been silent for deadAfter intervals.
+// server has been silent for deadAfter intervals. Time the reader spends
+// blocked on a full queue is not silence: the frames wait unread.
 func (s *wsSession) pinger(ctx context.Context, cancel context.CancelCauseFunc) {
 	c := s.r.c
 	for first := true; ; first = false {
@@ -395,10 +421,13 @@ func (s *wsSession) pinger(ctx context.Context, cancel context.CancelCauseFunc) 
 		if !first && !clock.Sleep(c.clk, ctx.Done(), interval) {
 			return
 		}
-		silent := c.clk.Now().Sub(time.Unix(0, s.lastRecv.Load()))
-		if silent > deadAfter*interval {
-			cancel(fmt.Errorf("feishu: long connection: no frame from the server for %s", silent.Round(time.Second)))
-			return
+		// blocked first: the reader sets lastRecv before it clears blocked.
+		if !s.blocked.Load() {
+			silent := c.clk.Now().Sub(time.Unix(0, s.lastRecv.Load()))
+			if silent > deadAfter*interval {
+				cancel(fmt.Errorf("feishu: long connection: no frame from the server for %s", silent.Round(time.Second)))
+				return
+			}
 		}
 		ping := Frame{Method: FrameControl, Service: s.service, Headers: []FrameHeader{{Key: HeaderType, Value: TypePing}}}
 		if err := s.write(ctx, ping); err != nil {

@@ -3,6 +3,7 @@ package feishu_test
 import (
 	"context"
 	"encoding/json"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -231,6 +232,73 @@ func TestLongConnectionDeadServer(t *testing.T) {
 	advance(t, clk, 1200*time.Millisecond)
 	require.NoError(t, srv.WaitConnected(tctx(t), 2))
 	sink.waitOnline(t, true)
+}
+
+// TestLongConnectionSlowSink: while a slow sink keeps the event queue
+// full the reader reads no pong, and that is not the server's silence:
+// the pings go on, the connection is kept, and every event arrives once
+// the sink catches up.
+func TestLongConnectionSlowSink(t *testing.T) {
+	t.Parallel()
+	const interval = 10 * time.Second
+	clk := newClock()
+	srv := newFake(t, feishutest.Config{Clock: clk, PingInterval: interval, DeliveryTimeout: time.Minute})
+	log, buf := newLogger()
+	ch := newChannel(t, srv, feishu.ModeWebSocket, func(c *feishu.Config) { c.Clock, c.Logger = clk, log })
+	sink := newRecSink()
+	entered, release := make(chan struct{}, 1), make(chan struct{})
+	sink.SetHandler(func(ctx context.Context, _ channel.Event) error {
+		select {
+		case entered <- struct{}{}:
+		default:
+		}
+		select {
+		case <-release:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	})
+	run(t, ch, sink)
+	sink.waitOnline(t, true)
+	require.Eventually(t, func() bool { return srv.Pings() == 1 }, waitTimeout, time.Millisecond, "a ping on connect")
+
+	// One event in HandleEvent, 64 queued, one more blocks the reader.
+	const n = 1 + 64 + 1
+	ctx := tctx(t)
+	errs := make(chan error, n)
+	for i := range n {
+		go func() {
+			_, err := srv.Push(ctx, feishutest.Incoming{ChatID: group, From: alice, Text: "slow " + strconv.Itoa(i)})
+			errs <- err
+		}()
+	}
+	<-entered
+	waitLog(t, buf, "feishu_ws_queue_full")
+
+	// Well past deadAfter intervals without a frame read.
+	for i := range 5 {
+		advance(t, clk, interval)
+		require.Eventually(t, func() bool { return srv.Pings() >= i+2 || strings.Contains(buf.String(), "no frame from the server") },
+			waitTimeout, time.Millisecond)
+	}
+	require.NotContains(t, buf.String(), "no frame from the server")
+	close(release)
+	for range n {
+		require.NoError(t, <-errs)
+	}
+	require.Len(t, sink.waitEvents(t, n), n)
+	open, accepted := srv.Connections()
+	require.Equal(t, 1, open)
+	require.Equal(t, 1, accepted, "the connection was kept")
+	// Reading again: the pongs count as frames from the server.
+	for i := range 4 {
+		pings := srv.Pings()
+		advance(t, clk, interval)
+		require.Eventually(t, func() bool { return srv.Pings() > pings }, waitTimeout, time.Millisecond, "ping %d after the catch-up", i)
+	}
+	require.Never(t, func() bool { return strings.Contains(buf.String(), "no frame from the server") }, 50*time.Millisecond, time.Millisecond)
+	require.NotContains(t, buf.String(), "no frame from the server")
 }
 
 // TestLongConnectionRefusals: a second client over the app's connection

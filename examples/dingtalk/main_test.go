@@ -14,58 +14,19 @@ import (
 	"github.com/personakit/persona/channel/dingtalk"
 	"github.com/personakit/persona/channel/dingtalk/dingtalktest"
 	"github.com/personakit/persona/internal/botrun"
+	"github.com/personakit/persona/internal/botrun/botruntest"
 	"github.com/personakit/persona/internal/logbuf"
 )
 
-// waitTimeout bounds every wait: a deadline for things to happen, never a
-// timing assertion.
-const waitTimeout = 20 * time.Second
-
-// waitFor waits until re matches what was written to buf and returns the
-// match with its groups.
+// waitFor and startBot are the shared bot test helpers (botruntest).
 func waitFor(t *testing.T, buf *logbuf.Buffer, re string) []string {
 	t.Helper()
-	rx := regexp.MustCompile(re)
-	deadline := time.Now().Add(waitTimeout)
-	for {
-		if m := rx.FindStringSubmatch(buf.String()); m != nil {
-			return m
-		}
-		if time.Now().After(deadline) {
-			require.Failf(t, "timed out", "waiting for %q in:\n%s", re, buf.String())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	return botruntest.WaitFor(t, buf, re)
 }
 
-// bot is run() on a goroutine with captured output.
-type bot struct {
-	stdout, stderr *logbuf.Buffer
-}
-
-// startBot runs the bot with env until the test ends; run must then return
-// nil.
-func startBot(t *testing.T, env map[string]string) *bot {
+func startBot(t *testing.T, env map[string]string) *botruntest.Bot {
 	t.Helper()
-	b := &bot{stdout: &logbuf.Buffer{}, stderr: &logbuf.Buffer{}}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- run(ctx, func(k string) string { return env[k] }, b.stdout, b.stderr) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("run returned %v after cancel", err)
-			}
-		case <-time.After(waitTimeout):
-			t.Error("run did not return after cancel")
-		}
-		if t.Failed() {
-			t.Logf("stdout:\n%s\nstderr:\n%s", b.stdout, b.stderr)
-		}
-	})
-	return b
+	return botruntest.Start(t, run, env)
 }
 
 func newFake(t *testing.T) *dingtalktest.Server {
@@ -87,7 +48,7 @@ func envFor(t *testing.T, srv *dingtalktest.Server) map[string]string {
 }
 
 func tctx(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(t.Context(), waitTimeout)
+	ctx, cancel := context.WithTimeout(t.Context(), botruntest.WaitTimeout)
 	t.Cleanup(cancel)
 	return ctx
 }
@@ -102,12 +63,12 @@ func TestPrivateMessageEndToEnd(t *testing.T) {
 	t.Parallel()
 	srv := newFake(t)
 	b := startBot(t, envFor(t, srv))
-	waitFor(t, b.stdout, `persona DingTalk bot`)
-	waitFor(t, b.stdout, `model: +offline demo model: no model is configured`)
-	waitFor(t, b.stdout, `persona: +built-in SOUL.md`)
-	waitFor(t, b.stdout, `dingtalk: Stream mode through http://127\.0\.0\.1:\d+, app `+regexp.QuoteMeta(srv.ClientID())+`, robot `+regexp.QuoteMeta(srv.BotID()))
-	waitFor(t, b.stderr, `msg=dingtalk_state .*online=true`)
-	waitFor(t, b.stderr, `msg=dingtalk_api_not_https`)
+	waitFor(t, b.Stdout, `persona DingTalk bot`)
+	waitFor(t, b.Stdout, `model: +offline demo model: no model is configured`)
+	waitFor(t, b.Stdout, `persona: +built-in SOUL.md`)
+	waitFor(t, b.Stdout, `dingtalk: Stream mode through http://127\.0\.0\.1:\d+, app `+regexp.QuoteMeta(srv.ClientID())+`, robot `+regexp.QuoteMeta(srv.BotID()))
+	waitFor(t, b.Stderr, `msg=dingtalk_state .*online=true`)
+	waitFor(t, b.Stderr, `msg=dingtalk_api_not_https`)
 
 	ctx := tctx(t)
 	require.NoError(t, srv.WaitAccepted(ctx, 1))
@@ -130,7 +91,7 @@ func TestPrivateMessageEndToEnd(t *testing.T) {
 	// Nothing else goes out (no duplicate chunk).
 	time.Sleep(200 * time.Millisecond)
 	require.Len(t, srv.Sent(), 2)
-	require.NotContains(t, b.stdout.String()+b.stderr.String(), srv.ClientSecret())
+	require.NotContains(t, b.Stdout.String()+b.Stderr.String(), srv.ClientSecret())
 }
 
 // TestGroupMentionEndToEnd: an @-message in a group is answered there; the
@@ -140,7 +101,7 @@ func TestGroupMentionEndToEnd(t *testing.T) {
 	t.Parallel()
 	srv := newFake(t)
 	b := startBot(t, envFor(t, srv))
-	waitFor(t, b.stderr, `msg=dingtalk_state .*online=true`)
+	waitFor(t, b.Stderr, `msg=dingtalk_state .*online=true`)
 	ctx := tctx(t)
 	require.NoError(t, srv.WaitAccepted(ctx, 1))
 	p, err := srv.Push(ctx, dingtalktest.Incoming{Group: true, ConversationID: "cidTeam==", Title: "Team", From: alice, Text: "hello there", MentionBot: true})

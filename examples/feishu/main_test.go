@@ -5,7 +5,6 @@ import (
 	"context"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -15,62 +14,23 @@ import (
 	"github.com/personakit/persona/channel/feishu"
 	"github.com/personakit/persona/channel/feishu/feishutest"
 	"github.com/personakit/persona/internal/botrun"
+	"github.com/personakit/persona/internal/botrun/botruntest"
 	"github.com/personakit/persona/internal/logbuf"
 )
 
-// waitTimeout bounds every wait: a deadline for things to happen, never a
-// timing assertion.
-const waitTimeout = 20 * time.Second
-
-// waitFor waits until re matches what was written to buf and returns the
-// match with its groups.
+// waitFor and startBot are the shared bot test helpers (botruntest).
 func waitFor(t *testing.T, buf *logbuf.Buffer, re string) []string {
 	t.Helper()
-	rx := regexp.MustCompile(re)
-	deadline := time.Now().Add(waitTimeout)
-	for {
-		if m := rx.FindStringSubmatch(buf.String()); m != nil {
-			return m
-		}
-		if time.Now().After(deadline) {
-			require.Failf(t, "timed out", "waiting for %q in:\n%s", re, buf.String())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	return botruntest.WaitFor(t, buf, re)
 }
 
-// bot is run() on a goroutine with captured output.
-type bot struct {
-	stdout, stderr *logbuf.Buffer
-}
-
-// startBot runs the bot with env until the test ends; run must then
-// return nil.
-func startBot(t *testing.T, env map[string]string) *bot {
+func startBot(t *testing.T, env map[string]string) *botruntest.Bot {
 	t.Helper()
-	b := &bot{stdout: &logbuf.Buffer{}, stderr: &logbuf.Buffer{}}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- run(ctx, func(k string) string { return env[k] }, b.stdout, b.stderr) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("run returned %v after cancel", err)
-			}
-		case <-time.After(waitTimeout):
-			t.Error("run did not return after cancel")
-		}
-		if t.Failed() {
-			t.Logf("stdout:\n%s\nstderr:\n%s", b.stdout, b.stderr)
-		}
-	})
-	return b
+	return botruntest.Start(t, run, env)
 }
 
 func tctx(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(t.Context(), waitTimeout)
+	ctx, cancel := context.WithTimeout(t.Context(), botruntest.WaitTimeout)
 	t.Cleanup(cancel)
 	return ctx
 }
@@ -114,9 +74,9 @@ func TestLongConnectionEndToEnd(t *testing.T) {
 	env := envFor(t, srv)
 	env[envMode] = "ws"
 	b := startBot(t, env)
-	waitFor(t, b.stdout, `model: +offline demo model: no model is configured`)
-	waitFor(t, b.stdout, `feishu: +long connection to 127\.0\.0\.1:\d+ for app `+srv.AppID())
-	waitFor(t, b.stderr, `msg=feishu_state .*online=true`)
+	waitFor(t, b.Stdout, `model: +offline demo model: no model is configured`)
+	waitFor(t, b.Stdout, `feishu: +long connection to 127\.0\.0\.1:\d+ for app `+srv.AppID())
+	waitFor(t, b.Stderr, `msg=feishu_state .*online=true`)
 	ctx := tctx(t)
 
 	_, err := srv.Push(ctx, feishutest.Incoming{From: alice, Text: "hello there"})
@@ -137,7 +97,7 @@ func TestLongConnectionEndToEnd(t *testing.T) {
 	// never printed.
 	time.Sleep(200 * time.Millisecond)
 	require.Len(t, srv.Sent(), 4)
-	require.NotContains(t, b.stdout.String()+b.stderr.String(), srv.AppSecret())
+	require.NotContains(t, b.Stdout.String()+b.Stderr.String(), srv.AppSecret())
 }
 
 // TestWebhookEndToEnd runs the bot in webhook mode (encrypted and signed
@@ -152,9 +112,9 @@ func TestWebhookEndToEnd(t *testing.T) {
 	env[envVerificationToken] = srv.VerificationToken()
 	env[envEncryptKey] = srv.EncryptKey()
 	b := startBot(t, env)
-	waitFor(t, b.stdout, `feishu: +event callbacks \(encrypted and signed\) for app `+srv.AppID())
-	u := waitFor(t, b.stdout, `http: +serving callbacks at (http://127\.0\.0\.1:\d+/)`)[1]
-	waitFor(t, b.stderr, `msg=feishu_state .*online=true`)
+	waitFor(t, b.Stdout, `feishu: +event callbacks \(encrypted and signed\) for app `+srv.AppID())
+	u := waitFor(t, b.Stdout, `http: +serving callbacks at (http://127\.0\.0\.1:\d+/)`)[1]
+	waitFor(t, b.Stderr, `msg=feishu_state .*online=true`)
 	srv.SetCallback(u + "feishu/events")
 	ctx := tctx(t)
 	require.NoError(t, srv.VerifyCallback(ctx))
@@ -166,7 +126,7 @@ func TestWebhookEndToEnd(t *testing.T) {
 	requireEcho(t, sent, p.MessageID, "are you there?")
 	time.Sleep(200 * time.Millisecond)
 	require.Len(t, srv.Sent(), 2)
-	out := b.stdout.String() + b.stderr.String()
+	out := b.Stdout.String() + b.Stderr.String()
 	for _, secret := range []string{srv.AppSecret(), srv.EncryptKey(), srv.VerificationToken()} {
 		require.NotContains(t, out, secret)
 	}

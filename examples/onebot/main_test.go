@@ -7,7 +7,6 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -19,58 +18,19 @@ import (
 	"github.com/personakit/persona/channel/onebot"
 	"github.com/personakit/persona/channel/onebot/onebottest"
 	"github.com/personakit/persona/internal/botrun"
+	"github.com/personakit/persona/internal/botrun/botruntest"
 	"github.com/personakit/persona/internal/logbuf"
 )
 
-// waitTimeout bounds every wait: a deadline for things to happen, never a
-// timing assertion.
-const waitTimeout = 20 * time.Second
-
-// waitFor waits until re matches what was written to buf and returns the
-// match with its groups.
+// waitFor and startBot are the shared bot test helpers (botruntest).
 func waitFor(t *testing.T, buf *logbuf.Buffer, re string) []string {
 	t.Helper()
-	rx := regexp.MustCompile(re)
-	deadline := time.Now().Add(waitTimeout)
-	for {
-		if m := rx.FindStringSubmatch(buf.String()); m != nil {
-			return m
-		}
-		if time.Now().After(deadline) {
-			require.Failf(t, "timed out", "waiting for %q in:\n%s", re, buf.String())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	return botruntest.WaitFor(t, buf, re)
 }
 
-// bot is run() on a goroutine with captured output.
-type bot struct {
-	stdout, stderr *logbuf.Buffer
-}
-
-// startBot runs the bot with env until the test ends; run must then return
-// nil.
-func startBot(t *testing.T, env map[string]string) *bot {
+func startBot(t *testing.T, env map[string]string) *botruntest.Bot {
 	t.Helper()
-	b := &bot{stdout: &logbuf.Buffer{}, stderr: &logbuf.Buffer{}}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- run(ctx, func(k string) string { return env[k] }, b.stdout, b.stderr) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("run returned %v after cancel", err)
-			}
-		case <-time.After(waitTimeout):
-			t.Error("run did not return after cancel")
-		}
-		if t.Failed() {
-			t.Logf("stdout:\n%s\nstderr:\n%s", b.stdout, b.stderr)
-		}
-	})
-	return b
+	return botruntest.Start(t, run, env)
 }
 
 func baseEnv(t *testing.T) map[string]string {
@@ -83,7 +43,7 @@ func baseEnv(t *testing.T) map[string]string {
 }
 
 func tctx(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(t.Context(), waitTimeout)
+	ctx, cancel := context.WithTimeout(t.Context(), botruntest.WaitTimeout)
 	t.Cleanup(cancel)
 	return ctx
 }
@@ -105,14 +65,14 @@ func TestGroupMentionEndToEnd(t *testing.T) {
 			t.Parallel()
 			env := baseEnv(t)
 			var fake *onebottest.Server
-			var b *bot
+			var b *botruntest.Bot
 			switch mode {
 			case onebot.ModeReverseWS:
 				// The default mode: PERSONA_ONEBOT_MODE unset.
 				fake = newFake(t, "")
 				env[envAddr] = "127.0.0.1:0"
 				b = startBot(t, env)
-				u := waitFor(t, b.stdout, `reverse WebSocket: point the implementation's WebSocket client at (ws://127\.0\.0\.1:\d+/)`)[1]
+				u := waitFor(t, b.Stdout, `reverse WebSocket: point the implementation's WebSocket client at (ws://127\.0\.0\.1:\d+/)`)[1]
 				fake.DialReverse(t.Context(), u)
 			case onebot.ModeForwardWS:
 				fake = newFake(t, "")
@@ -130,13 +90,13 @@ func TestGroupMentionEndToEnd(t *testing.T) {
 				env[envAddr] = "127.0.0.1:0"
 				env[envSecret] = "e2e-secret"
 				b = startBot(t, env)
-				u := waitFor(t, b.stdout, `point the implementation's HTTP POST at (http://127\.0\.0\.1:\d+/) \(signed`)[1]
+				u := waitFor(t, b.Stdout, `point the implementation's HTTP POST at (http://127\.0\.0\.1:\d+/) \(signed`)[1]
 				fake.SetPostURL(u + "onebot/event")
 			}
-			waitFor(t, b.stdout, `model: +offline demo model: no model is configured`)
-			waitFor(t, b.stdout, `persona: +built-in SOUL.md`)
-			waitFor(t, b.stdout, `memory: +on \(PERSONA_MEMORY\); agent loop: off \(PERSONA_AGENT\)`)
-			waitFor(t, b.stderr, `msg=state .*connected=true online=true`)
+			waitFor(t, b.Stdout, `model: +offline demo model: no model is configured`)
+			waitFor(t, b.Stdout, `persona: +built-in SOUL.md`)
+			waitFor(t, b.Stdout, `memory: +on \(PERSONA_MEMORY\); agent loop: off \(PERSONA_AGENT\)`)
+			waitFor(t, b.Stderr, `msg=state .*connected=true online=true`)
 
 			ctx := tctx(t)
 			rec, err := fake.EmitMessage(ctx, onebottest.Incoming{

@@ -4,9 +4,7 @@ import (
 	"bytes"
 	"context"
 	"path/filepath"
-	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -16,64 +14,19 @@ import (
 	"github.com/personakit/persona/channel/qqbot"
 	"github.com/personakit/persona/channel/qqbot/qqbottest"
 	"github.com/personakit/persona/internal/botrun"
+	"github.com/personakit/persona/internal/botrun/botruntest"
 	"github.com/personakit/persona/internal/logbuf"
 )
 
-// waitTimeout bounds every wait: a deadline for things to happen, never a
-// timing assertion.
-const waitTimeout = 20 * time.Second
-
-// waitFor waits until re matches what was written to buf and returns the
-// match with its groups.
+// waitFor and startBot are the shared bot test helpers (botruntest).
 func waitFor(t *testing.T, buf *logbuf.Buffer, re string) []string {
 	t.Helper()
-	rx := regexp.MustCompile(re)
-	deadline := time.Now().Add(waitTimeout)
-	for {
-		if m := rx.FindStringSubmatch(buf.String()); m != nil {
-			return m
-		}
-		if time.Now().After(deadline) {
-			require.Failf(t, "timed out", "waiting for %q in:\n%s", re, buf.String())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	return botruntest.WaitFor(t, buf, re)
 }
 
-// bot is run() on a goroutine with captured output.
-type bot struct {
-	stdout, stderr *logbuf.Buffer
-	stop           func() error
-}
-
-func startBot(t *testing.T, env map[string]string) *bot {
+func startBot(t *testing.T, env map[string]string) *botruntest.Bot {
 	t.Helper()
-	b := &bot{stdout: &logbuf.Buffer{}, stderr: &logbuf.Buffer{}}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- run(ctx, func(k string) string { return env[k] }, b.stdout, b.stderr) }()
-	var once sync.Once
-	var stopErr error
-	b.stop = func() error {
-		once.Do(func() {
-			cancel()
-			select {
-			case stopErr = <-done:
-			case <-time.After(waitTimeout):
-				stopErr = context.DeadlineExceeded
-			}
-		})
-		return stopErr
-	}
-	t.Cleanup(func() {
-		if err := b.stop(); err != nil {
-			t.Errorf("run after cancel: %v", err)
-		}
-		if t.Failed() {
-			t.Logf("stdout:\n%s\nstderr:\n%s", b.stdout, b.stderr)
-		}
-	})
-	return b
+	return botruntest.Start(t, run, env)
 }
 
 func newFake(t *testing.T) *qqbottest.Server {
@@ -95,7 +48,7 @@ func envFor(t *testing.T, srv *qqbottest.Server) map[string]string {
 }
 
 func tctx(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(t.Context(), waitTimeout)
+	ctx, cancel := context.WithTimeout(t.Context(), botruntest.WaitTimeout)
 	t.Cleanup(cancel)
 	return ctx
 }
@@ -128,9 +81,9 @@ func TestGatewayEndToEnd(t *testing.T) {
 	srv := newFake(t)
 	env := envFor(t, srv)
 	b := startBot(t, env)
-	waitFor(t, b.stdout, `persona QQ official bot`)
-	waitFor(t, b.stdout, `qqbot: +gateway WebSocket of http://127\.0\.0\.1:\d+, intents group_c2c,guild_at,guild_dm`)
-	waitFor(t, b.stderr, `msg=qq_state .*online=true`)
+	waitFor(t, b.Stdout, `persona QQ official bot`)
+	waitFor(t, b.Stdout, `qqbot: +gateway WebSocket of http://127\.0\.0\.1:\d+, intents group_c2c,guild_at,guild_dm`)
+	waitFor(t, b.Stderr, `msg=qq_state .*online=true`)
 	ctx := tctx(t)
 
 	p, err := srv.Push(ctx, qqbottest.Incoming{Chat: groupChat, From: alice, Text: "hello there"})
@@ -148,10 +101,10 @@ func TestGatewayEndToEnd(t *testing.T) {
 
 	state := filepath.Join(env[envData], "qq-"+srv.AppID()+".state.json")
 	require.FileExists(t, state)
-	require.NoError(t, b.stop())
+	require.NoError(t, b.Stop())
 	b = startBot(t, env)
-	waitFor(t, b.stderr, `msg=qq_gateway_resume`)
-	waitFor(t, b.stderr, `msg=qq_state .*online=true`)
+	waitFor(t, b.Stderr, `msg=qq_gateway_resume`)
+	waitFor(t, b.Stderr, `msg=qq_state .*online=true`)
 	require.Len(t, srv.Identifies(), 1, "the restart resumed the session")
 	p3, err := srv.Push(ctx, qqbottest.Incoming{Chat: private, From: alice, Text: "back again"})
 	require.NoError(t, err)
@@ -160,8 +113,8 @@ func TestGatewayEndToEnd(t *testing.T) {
 	require.Equal(t, p3.ID, sent[4].MsgID)
 	time.Sleep(200 * time.Millisecond)
 	require.Len(t, srv.Sent(), 6, "nothing is answered twice")
-	require.NotContains(t, b.stderr.String()+b.stdout.String(), srv.Secret())
-	require.NotContains(t, b.stderr.String(), srv.CurrentToken())
+	require.NotContains(t, b.Stderr.String()+b.Stdout.String(), srv.Secret())
+	require.NotContains(t, b.Stderr.String(), srv.CurrentToken())
 }
 
 // TestWebhookEndToEnd: in webhook mode the bot serves signed callbacks on
@@ -174,9 +127,9 @@ func TestWebhookEndToEnd(t *testing.T) {
 	env[envMode] = "webhook"
 	env[envHTTPAddr] = "127.0.0.1:0"
 	b := startBot(t, env)
-	waitFor(t, b.stdout, `qqbot: +webhook: point the console's callback URL`)
-	url := waitFor(t, b.stdout, `http: +serving callbacks at (http://\S+)`)[1]
-	waitFor(t, b.stderr, `msg=qq_state .*online=true`)
+	waitFor(t, b.Stdout, `qqbot: +webhook: point the console's callback URL`)
+	url := waitFor(t, b.Stdout, `http: +serving callbacks at (http://\S+)`)[1]
+	waitFor(t, b.Stderr, `msg=qq_state .*online=true`)
 	ctx := tctx(t)
 
 	require.NoError(t, srv.ValidateWebhook(ctx, url+"qq"))

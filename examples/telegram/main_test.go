@@ -6,9 +6,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,66 +16,19 @@ import (
 	"github.com/personakit/persona/channel/telegram"
 	"github.com/personakit/persona/channel/telegram/telegramtest"
 	"github.com/personakit/persona/internal/botrun"
+	"github.com/personakit/persona/internal/botrun/botruntest"
 	"github.com/personakit/persona/internal/logbuf"
 )
 
-// waitTimeout bounds every wait: a deadline for things to happen, never a
-// timing assertion.
-const waitTimeout = 20 * time.Second
-
-// waitFor waits until re matches what was written to buf and returns the
-// match with its groups.
+// waitFor and startBot are the shared bot test helpers (botruntest).
 func waitFor(t *testing.T, buf *logbuf.Buffer, re string) []string {
 	t.Helper()
-	rx := regexp.MustCompile(re)
-	deadline := time.Now().Add(waitTimeout)
-	for {
-		if m := rx.FindStringSubmatch(buf.String()); m != nil {
-			return m
-		}
-		if time.Now().After(deadline) {
-			require.Failf(t, "timed out", "waiting for %q in:\n%s", re, buf.String())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	return botruntest.WaitFor(t, buf, re)
 }
 
-// bot is run() on a goroutine with captured output.
-type bot struct {
-	stdout, stderr *logbuf.Buffer
-	stop           func() error
-}
-
-// startBot runs the bot with env until stop or the end of the test; run
-// must then return nil.
-func startBot(t *testing.T, env map[string]string) *bot {
+func startBot(t *testing.T, env map[string]string) *botruntest.Bot {
 	t.Helper()
-	b := &bot{stdout: &logbuf.Buffer{}, stderr: &logbuf.Buffer{}}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- run(ctx, func(k string) string { return env[k] }, b.stdout, b.stderr) }()
-	var once sync.Once
-	var stopErr error
-	b.stop = func() error {
-		once.Do(func() {
-			cancel()
-			select {
-			case stopErr = <-done:
-			case <-time.After(waitTimeout):
-				stopErr = context.DeadlineExceeded
-			}
-		})
-		return stopErr
-	}
-	t.Cleanup(func() {
-		if err := b.stop(); err != nil {
-			t.Errorf("run after cancel: %v", err)
-		}
-		if t.Failed() {
-			t.Logf("stdout:\n%s\nstderr:\n%s", b.stdout, b.stderr)
-		}
-	})
-	return b
+	return botruntest.Start(t, run, env)
 }
 
 func newFake(t *testing.T) *telegramtest.Server {
@@ -97,7 +48,7 @@ func envFor(t *testing.T, srv *telegramtest.Server) map[string]string {
 }
 
 func tctx(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(t.Context(), waitTimeout)
+	ctx, cancel := context.WithTimeout(t.Context(), botruntest.WaitTimeout)
 	t.Cleanup(cancel)
 	return ctx
 }
@@ -127,9 +78,9 @@ func TestPollingEndToEnd(t *testing.T) {
 	srv := newFake(t)
 	env := envFor(t, srv)
 	b := startBot(t, env)
-	waitFor(t, b.stdout, `model: +offline demo model: no model is configured`)
-	waitFor(t, b.stdout, `memory: +on \(PERSONA_MEMORY\); agent loop: off \(PERSONA_AGENT\)`)
-	waitFor(t, b.stdout, `telegram: long polling http://127\.0\.0\.1:\d+`)
+	waitFor(t, b.Stdout, `model: +offline demo model: no model is configured`)
+	waitFor(t, b.Stdout, `memory: +on \(PERSONA_MEMORY\); agent loop: off \(PERSONA_AGENT\)`)
+	waitFor(t, b.Stdout, `telegram: long polling http://127\.0\.0\.1:\d+`)
 	ctx := tctx(t)
 
 	alice := telegramtest.User{ID: 5555, FirstName: "Alice"}
@@ -147,12 +98,12 @@ func TestPollingEndToEnd(t *testing.T) {
 	requireEcho(t, sent[2:], group.ID, m.MessageID, "what's for dinner?")
 
 	offset := filepath.Join(env[envData], "telegram-"+srv.BotID()+".offset")
-	require.Eventually(t, func() bool { _, err := os.Stat(offset); return err == nil }, waitTimeout, 10*time.Millisecond, "offset file %s", offset)
+	require.Eventually(t, func() bool { _, err := os.Stat(offset); return err == nil }, botruntest.WaitTimeout, 10*time.Millisecond, "offset file %s", offset)
 
 	// A restart on the same data directory answers new messages only.
-	require.NoError(t, b.stop())
+	require.NoError(t, b.Stop())
 	b = startBot(t, env)
-	waitFor(t, b.stderr, `msg=telegram_state .*online=true`)
+	waitFor(t, b.Stderr, `msg=telegram_state .*online=true`)
 	_, err = srv.Push(ctx, telegramtest.Incoming{Chat: telegramtest.Chat{ID: alice.ID, Type: telegramtest.ChatPrivate}, From: alice, Text: "back again"})
 	require.NoError(t, err)
 	sent, err = srv.WaitSent(ctx, 6)
@@ -171,8 +122,8 @@ func TestMemoryOffAgentOn(t *testing.T) {
 	env := envFor(t, srv)
 	env[envMemory], env[envAgent] = "off", "Yes"
 	b := startBot(t, env)
-	waitFor(t, b.stdout, `memory: +off \(PERSONA_MEMORY\); agent loop: on \(PERSONA_AGENT\)`)
-	waitFor(t, b.stderr, `msg=bot_starting .*memory=false agent=true`)
+	waitFor(t, b.Stdout, `memory: +off \(PERSONA_MEMORY\); agent loop: on \(PERSONA_AGENT\)`)
+	waitFor(t, b.Stderr, `msg=bot_starting .*memory=false agent=true`)
 	ctx := tctx(t)
 	carol := telegramtest.User{ID: 7777, FirstName: "Carol"}
 	_, err := srv.Push(ctx, telegramtest.Incoming{Chat: telegramtest.Chat{ID: carol.ID, Type: telegramtest.ChatPrivate}, From: carol, Text: "agent hello"})
@@ -193,8 +144,8 @@ func TestWebhookEndToEnd(t *testing.T) {
 	env[envWebhookSecret] = "s3cret_-token"
 	env[envWebhookURL] = "https://bot.example/telegram"
 	b := startBot(t, env)
-	addr := waitFor(t, b.stderr, `msg=telegram_webhook_listening .*addr=(\S+)`)[1]
-	waitFor(t, b.stdout, `telegram: webhook on 127\.0\.0\.1:0, registering https://bot\.example/telegram with setWebhook`)
+	addr := waitFor(t, b.Stderr, `msg=telegram_webhook_listening .*addr=(\S+)`)[1]
+	waitFor(t, b.Stdout, `telegram: webhook on 127\.0\.0\.1:0, registering https://bot\.example/telegram with setWebhook`)
 	hook, secret := srv.Webhook()
 	require.Equal(t, "https://bot.example/telegram", hook)
 	require.Equal(t, "s3cret_-token", secret)

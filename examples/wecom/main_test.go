@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -14,62 +13,23 @@ import (
 	"github.com/personakit/persona/channel"
 	"github.com/personakit/persona/channel/wecom/wecomtest"
 	"github.com/personakit/persona/internal/botrun"
+	"github.com/personakit/persona/internal/botrun/botruntest"
 	"github.com/personakit/persona/internal/logbuf"
 )
 
-// waitTimeout bounds every wait: a deadline for things to happen, never a
-// timing assertion.
-const waitTimeout = 20 * time.Second
-
-// waitFor waits until re matches what was written to buf and returns the
-// match with its groups.
+// waitFor and startBot are the shared bot test helpers (botruntest).
 func waitFor(t *testing.T, buf *logbuf.Buffer, re string) []string {
 	t.Helper()
-	rx := regexp.MustCompile(re)
-	deadline := time.Now().Add(waitTimeout)
-	for {
-		if m := rx.FindStringSubmatch(buf.String()); m != nil {
-			return m
-		}
-		if time.Now().After(deadline) {
-			require.Failf(t, "timed out", "waiting for %q in:\n%s", re, buf.String())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	return botruntest.WaitFor(t, buf, re)
 }
 
-// bot is run() on a goroutine with captured output.
-type bot struct {
-	stdout, stderr *logbuf.Buffer
-}
-
-// startBot runs the bot with env until the test ends; run must then
-// return nil.
-func startBot(t *testing.T, env map[string]string) *bot {
+func startBot(t *testing.T, env map[string]string) *botruntest.Bot {
 	t.Helper()
-	b := &bot{stdout: &logbuf.Buffer{}, stderr: &logbuf.Buffer{}}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- run(ctx, func(k string) string { return env[k] }, b.stdout, b.stderr) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("run returned %v after cancel", err)
-			}
-		case <-time.After(waitTimeout):
-			t.Error("run did not return after cancel")
-		}
-		if t.Failed() {
-			t.Logf("stdout:\n%s\nstderr:\n%s", b.stdout, b.stderr)
-		}
-	})
-	return b
+	return botruntest.Start(t, run, env)
 }
 
 func tctx(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(t.Context(), waitTimeout)
+	ctx, cancel := context.WithTimeout(t.Context(), botruntest.WaitTimeout)
 	t.Cleanup(cancel)
 	return ctx
 }
@@ -108,11 +68,11 @@ func envFor(t *testing.T, srv *wecomtest.Server) map[string]string {
 // serving waits for the callback URL in the banner and points srv at it,
 // then for the adapter to report online: the banner comes before the
 // channel runs, and until Run is active callbacks are answered 503.
-func serving(t *testing.T, b *bot, srv *wecomtest.Server) {
+func serving(t *testing.T, b *botruntest.Bot, srv *wecomtest.Server) {
 	t.Helper()
-	m := waitFor(t, b.stdout, `http: +serving callbacks at (http://127\.0\.0\.1:\d+/)`)
+	m := waitFor(t, b.Stdout, `http: +serving callbacks at (http://127\.0\.0\.1:\d+/)`)
 	srv.SetCallbackURL(m[1] + "wecom")
-	waitFor(t, b.stderr, `msg=wecom_state .*online=true`)
+	waitFor(t, b.Stderr, `msg=wecom_state .*online=true`)
 }
 
 // requireEcho checks the offline demo reply: two chunks.
@@ -130,8 +90,8 @@ func TestAppEndToEnd(t *testing.T) {
 	t.Parallel()
 	srv := newFake(t, wecomtest.ModeApp)
 	b := startBot(t, envFor(t, srv))
-	waitFor(t, b.stdout, `model: +offline demo model`)
-	waitFor(t, b.stdout, `wecom: +self-built app \d+ of corp `+srv.CorpID())
+	waitFor(t, b.Stdout, `model: +offline demo model`)
+	waitFor(t, b.Stdout, `wecom: +self-built app \d+ of corp `+srv.CorpID())
 	serving(t, b, srv)
 	ctx := tctx(t)
 	_, err := srv.Push(ctx, wecomtest.Incoming{Chat: channel.Chat{Kind: channel.Private, ID: "alice"}, Text: "你好 Mira"})
@@ -143,10 +103,10 @@ func TestAppEndToEnd(t *testing.T) {
 		require.Equal(t, "message/send", x.Op)
 		require.Equal(t, "alice", x.Chat.ID)
 	}
-	require.Contains(t, b.stderr.String(), "wecom_trusted_ip")
-	require.NotContains(t, b.stderr.String(), srv.Secret())
+	require.Contains(t, b.Stderr.String(), "wecom_trusted_ip")
+	require.NotContains(t, b.Stderr.String(), srv.Secret())
 	for _, tok := range srv.IssuedTokens() {
-		require.NotContains(t, b.stderr.String(), tok)
+		require.NotContains(t, b.Stderr.String(), tok)
 	}
 }
 
@@ -156,7 +116,7 @@ func TestAIBotCallbackEndToEnd(t *testing.T) {
 	t.Parallel()
 	srv := newFake(t, wecomtest.ModeAIBot)
 	b := startBot(t, envFor(t, srv))
-	waitFor(t, b.stdout, `wecom: +AI bot \(id from the first callback\): callbacks on PERSONA_HTTP_ADDR`)
+	waitFor(t, b.Stdout, `wecom: +AI bot \(id from the first callback\): callbacks on PERSONA_HTTP_ADDR`)
 	serving(t, b, srv)
 	ctx := tctx(t)
 	m, err := srv.Push(ctx, wecomtest.Incoming{Chat: channel.Chat{Kind: channel.Group, ID: "wrGroup01"}, From: "bob", Text: "在吗"})
@@ -164,7 +124,7 @@ func TestAIBotCallbackEndToEnd(t *testing.T) {
 	require.Eventually(t, func() bool {
 		v, ok := srv.StreamOf(m.ID)
 		return ok && strings.Count(v.Content, "\n\n") == 1
-	}, waitTimeout, 10*time.Millisecond, "the stream gets both chunks")
+	}, botruntest.WaitTimeout, 10*time.Millisecond, "the stream gets both chunks")
 	v, _ := srv.StreamOf(m.ID)
 	requireEcho(t, strings.Split(v.Content, "\n\n"), "在吗")
 	require.NotContains(t, v.Content, "@"+srv.BotName(), "the mention is not echoed as text")
@@ -176,8 +136,8 @@ func TestAIBotWSEndToEnd(t *testing.T) {
 	t.Parallel()
 	srv := newFake(t, wecomtest.ModeAIBotWS)
 	b := startBot(t, envFor(t, srv))
-	waitFor(t, b.stdout, `wecom: +AI bot `+srv.BotID()+`: long connection to 127\.0\.0\.1`)
-	require.NotContains(t, b.stdout.String(), "serving callbacks", "no callback URL on the long connection")
+	waitFor(t, b.Stdout, `wecom: +AI bot `+srv.BotID()+`: long connection to 127\.0\.0\.1`)
+	require.NotContains(t, b.Stdout.String(), "serving callbacks", "no callback URL on the long connection")
 	ctx := tctx(t)
 	require.NoError(t, srv.WaitSubscribed(ctx))
 	m, err := srv.Push(ctx, wecomtest.Incoming{Chat: channel.Chat{Kind: channel.Private, ID: "alice"}, Text: "hello"})

@@ -103,6 +103,11 @@ func (p *Pipeline) handleDurably(actx context.Context, ev channel.Event, history
 	if now := p.clk.Now(); !it.AvailableAt.IsZero() && it.AvailableAt.Before(now) {
 		it.AvailableAt = now
 	}
+	if ev.MediaOnly() && !historyOnly {
+		// Noted before it is stored, so that no turn can see the item
+		// queued and not yet held (a redelivery is noted once).
+		p.hold.note(&it, p.clk.Now())
+	}
 	enqueued, err := p.opt.Queue.Enqueue(actx, it)
 	if err != nil {
 		p.log.Warn("enqueue failed; writing to journal", "id", it.ID, "err", err)
@@ -118,9 +123,6 @@ func (p *Pipeline) handleDurably(actx context.Context, ev channel.Event, history
 		return nil
 	}
 	p.stats.Enqueued.Add(1)
-	if ev.MediaOnly() && !historyOnly {
-		p.hold.note(&it, p.clk.Now())
-	}
 	p.Wake()
 	return nil
 }

@@ -18,8 +18,7 @@ var frameTimeAt = time.UnixMilli(1690362102194)
 
 // docGroupText is the robot message of the Stream protocol document
 // (open-dingtalk/developerpedia docs/learn/stream/protocol.md), decoded,
-// with the two defects of the document's escaped string fixed as
-// PROTOCOLS.md §4.3 notes ("createA" → "createAt", the stray quoting
+// with the two defects of the document's escaped string fixed ("createA" → "createAt", the stray quoting
 // around isInAtList).
 const docGroupText = `{"conversationId":"cidAsXSBLnA==","atUsers":[{"dingtalkId":"$:LWCP_v1:$4*****TgHFUDZ8Qi8qr3"}],
  "chatbotCorpId":"ding9f*****cd16741","chatbotUserId":"$:LWCP_v1:$*****x3vTgHFUDZ8Qi8qr3",

@@ -46,8 +46,8 @@ const (
 	// DefaultPingInterval is the long connection's ping interval until
 	// the server's ClientConfig says otherwise (the SDKs' default).
 	DefaultPingInterval = 2 * time.Minute
-	// MaxTextRunes is the declared text limit of one message (SPEC §1.3:
-	// well under the platform's 150 KB body cap).
+	// MaxTextRunes is the declared text limit of one message (well under the
+	// platform's 150 KB body cap).
 	MaxTextRunes = 4000
 	// MaxUUIDLength is the longest send uuid the Open API accepts.
 	MaxUUIDLength = 50

@@ -27,7 +27,7 @@ func TestDecryptOfficialVector(t *testing.T) {
 
 // TestSignatureVector: Feishu publishes no signature vector; this one was
 // derived from the documented formula sha256(timestamp + nonce + encrypt
-// key + body) and checked with sha256sum (PROTOCOLS.md §5, vector 3).
+// key + body) and checked with sha256sum (the third signature vector).
 func TestSignatureVector(t *testing.T) {
 	t.Parallel()
 	body := []byte(`{"schema":"2.0","header":{"event_type":"im.message.receive_v1"}}`)

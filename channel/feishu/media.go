@@ -129,7 +129,7 @@ func (b *cancelBody) Close() error {
 // historyPageMax is the largest page the message list API returns.
 const historyPageMax = 50
 
-// historyTimeout is the deadline of a history call (SPEC §1.2: 15 s).
+// historyTimeout is the deadline of a history call (15 s: history calls get longer than the 10 s of other calls).
 const historyTimeout = 15 * time.Second
 
 // FetchHistory reads one page of a chat's messages, newest first, with

@@ -49,7 +49,7 @@ const (
 //   - 429, code 22009 (sending too often) and 20028 (channel write limit):
 //     a *channel.RateLimitedError (Retry-After when given, else 1 s).
 //     22009 "msg limit exceed" is a frequency limit to retry after a
-//     backoff (PROTOCOLS §3.6, from the docs' error-trace/openapi.md and
+//     backoff (from the docs' error-trace/openapi.md and
 //     botgo errs/err.go), not the limit of 5 replies per message: that
 //     one has no documented code (users report the text "reply msg exceed
 //     limit") and Send never reaches it, counting the replies itself, so
@@ -247,7 +247,7 @@ func (c *Channel) callWith(ctx context.Context, tok, method, path string, body a
 }
 
 // acceptedWithCode reports whether a 2xx answer carrying a business code
-// is a success: 201/202 (PROTOCOLS §3.6, the docs' error-trace/openapi.md:
+// is a success: 201/202 (the docs' error-trace/openapi.md:
 // "async success") and the review notices 304023/304024 (accepted,
 // waiting for a human review). Any other 2xx answer with a code is an
 // *APIError classified like a non-2xx one.

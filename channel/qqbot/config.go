@@ -16,7 +16,7 @@ import (
 // Event.Platform.
 const Platform = "qq"
 
-// Intent bits of the gateway's Identify (PROTOCOLS §3.2, the docs'
+// Intent bits of the gateway's Identify (the docs'
 // "事件订阅 Intents").
 const (
 	// IntentDirectMessage delivers DIRECT_MESSAGE_CREATE (guild direct
@@ -68,7 +68,7 @@ const (
 	// the connection (twice at the same sequence: the session too).
 	DefaultMaxFrameBytes = 1 << 20
 	// DefaultPrivateReplyWindow is how long a one-to-one (C2C) message can
-	// be replied to (SPEC §1.3: 60 min).
+	// be replied to (60 min).
 	DefaultPrivateReplyWindow = 60 * time.Minute
 	// DefaultGroupReplyWindow is how long a group, guild channel or guild
 	// direct message can be replied to (5 min).
@@ -77,8 +77,7 @@ const (
 	// takes (5).
 	DefaultMaxReplies = 5
 	// MaxTextBytes is the text limit of one outgoing message, in UTF-8
-	// bytes (SPEC §1.3, decided conservatively; the platform publishes
-	// none).
+	// bytes (a conservative choice: the platform publishes none).
 	MaxTextBytes = 2000
 )
 

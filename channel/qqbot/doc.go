@@ -78,7 +78,8 @@
 // [Config.ActiveMessages] it sends an active message instead, which the
 // platform stopped offering on 2025-04-21 (it answers 40034102). Text is
 // msg_type 0, or markdown with [Config.Markdown]; the text limit is 2000
-// UTF-8 bytes ([Channel.TextLimit], SPEC §1.3).
+// UTF-8 bytes ([Channel.TextLimit]; a conservative choice, the platform
+// publishes none).
 //
 // msg_seq, and why no chunk goes out twice: on group and C2C routes every
 // reply to one msg_id needs a msg_seq the platform has not seen with it
@@ -135,7 +136,7 @@
 // [*APIError] values classified by HTTP status and business code, never
 // by message text (see its doc), a 2xx answer with a business code too
 // (201/202 "async success" and review notices are successes): 429, 22009
-// (a frequency limit, PROTOCOLS §3.6) and 20028 rate limited; 401
+// (a frequency limit, per the docs' error codes) and 20028 rate limited; 401
 // after the token retry offline; a gone channel, guild or group kicked;
 // 5xx and the "retry" codes transient; other 4xx definitive rejections.
 //

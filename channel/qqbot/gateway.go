@@ -443,7 +443,7 @@ func (r *runner) dispatch(ctx context.Context, p payload, ready *bool) (sessionE
 }
 
 // closed turns a read error into how the connection ended, following the
-// gateway's close codes (PROTOCOLS §3.2; the docs' error-trace/websocket.md).
+// gateway's close codes (the docs' error-trace/websocket.md).
 func (r *runner) closed(err error) sessionEnd {
 	c := r.c
 	code := int(websocket.CloseStatus(err))

@@ -192,7 +192,7 @@ func TestSuccessStatusWithCode(t *testing.T) {
 	require.Equal(t, p.ID, srv.Sent()[0].MsgID)
 }
 
-// 22009 is the platform's frequency limit (PROTOCOLS §3.6), not the end of
+// 22009 is the platform's frequency limit (the docs' error codes), not the end of
 // a message's replies: the retry keeps the msg_seq and the message takes
 // its five replies.
 func TestMsgLimitIsARateLimit(t *testing.T) {

@@ -14,7 +14,7 @@ var testWho = identity{BotID: "102000001", UserID: "6158788878435714165"}
 
 var receiveTime = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
-// The payloads are the docs' examples (PROTOCOLS §3.3; bot-docs
+// The payloads are the docs' examples (bot-docs
 // server-inter/message/send-receive/event.md).
 func TestNormalizeDocExamples(t *testing.T) {
 	t.Parallel()

@@ -6,7 +6,7 @@ import (
 	"strings"
 )
 
-// Webhook signature headers (PROTOCOLS §3.5, the docs' sign.md).
+// Webhook signature headers (the docs' sign.md).
 const (
 	HeaderSignature = "X-Signature-Ed25519"
 	HeaderTimestamp = "X-Signature-Timestamp"

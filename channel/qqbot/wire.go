@@ -9,7 +9,7 @@ import (
 	"strings"
 )
 
-// Gateway and webhook opcodes (PROTOCOLS §3.2, the docs' opcode.md).
+// Gateway and webhook opcodes (the docs' opcode.md).
 const (
 	opDispatch        = 0
 	opHeartbeat       = 1
@@ -167,7 +167,7 @@ func (f *flexString) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
-// Wire types of the message events (PROTOCOLS §3.3, the docs'
+// Wire types of the message events (the docs'
 // send-receive/event.md and template/model.md).
 
 type qqAuthor struct {

@@ -17,8 +17,7 @@ import (
 
 // The official test vectors of WeCom's callback crypto: the sample of the
 // official Go library (sbzhu/weworkapi_golang, sample.go, commit 7e1b55d1;
-// the C#, PHP and Python samples carry the same), as listed in
-// PROTOCOLS.md §6.1.
+// the C#, PHP and Python samples carry the same).
 const (
 	vecToken    = "QDG6eK"
 	vecAESKey   = "jWmYm7qr5nMoAUwZRjGtBxmz3KA1tkAj3ykkR6q2B2C"

@@ -1,7 +1,7 @@
 // Package qqbottest is an in-process fake of the QQ official bot
 // platform (QQ 机器人开放平台) for tests of the qqbot adapter and of
 // embedders' bots, written from the platform's documentation
-// (tencent-connect/bot-docs, PROTOCOLS.md §3).
+// (tencent-connect/bot-docs).
 //
 // # Overview
 //
@@ -34,7 +34,7 @@
 // routes msg_seq (default 1) must be new for the msg_id (else 40054005,
 // "消息被去重") and a msg_id takes at most 5 replies (else
 // CodeReplyLimit, a stand-in: the platform's code is not documented;
-// 22009 is its frequency limit, PROTOCOLS §3.6). A send without msg_id is
+// 22009 is its frequency limit). A send without msg_id is
 // an active message: 400 with 40034102 unless Config.AllowActive. Empty
 // messages get 50006.
 //

@@ -46,7 +46,7 @@ const (
 	CodeDuplicateSeq = 40054005
 	CodeActiveDenied = 40034102
 	// CodeMsgLimit (22009, "msg limit exceed") is the platform's
-	// frequency limit (PROTOCOLS §3.6, the docs' error-trace/openapi.md);
+	// frequency limit (the docs' error-trace/openapi.md);
 	// the fake answers it only when injected with FailNextSend.
 	CodeMsgLimit = 22009
 	// CodeReplyLimit answers a reply to a msg_id that had its MaxReplies

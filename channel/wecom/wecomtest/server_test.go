@@ -17,7 +17,7 @@ import (
 )
 
 // The official vectors of WeCom's callback crypto (sbzhu/weworkapi_golang
-// sample.go @ 7e1b55d1, PROTOCOLS.md §6.1): the fake's crypto must read
+// sample.go @ 7e1b55d1): the fake's crypto must read
 // what WeCom writes.
 func TestCipherKitOfficialVectors(t *testing.T) {
 	t.Parallel()

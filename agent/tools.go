@@ -211,6 +211,11 @@ type ToolResult struct {
 	Text string
 	// Evidence goes into the run's evidence ledger.
 	Evidence []Evidence
+	// Images are pictures the tool produced (a page screenshot), as data:
+	// URLs. When the run's model takes pictures ([ImageInput]) they are
+	// shown to it right after the tool's result; otherwise they are
+	// dropped and the text alone is the observation.
+	Images []string
 }
 
 // ResultTool is an optional interface: a Tool that also implements it is

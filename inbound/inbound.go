@@ -196,6 +196,10 @@ type Outcome struct {
 	Tokens     []Tokens
 	// Kind is the turn kind (chat, proactive, scheduled, notice).
 	Kind string
+	// Trail is the path the message took through the stages (nil when the
+	// item ended before any stage ran, or was recorded by an older
+	// version).
+	Trail *Trail
 }
 
 // Record is the read view of one item (the event log row).

@@ -151,9 +151,12 @@ const sqlInsertDone = `
 INSERT INTO inbound_items (rid, id, session_key, chat_kind, sender_id, message_id, event_time, seq, source,
     history_only, priority, status, attempts, available_at, enqueued_at, created_at, updated_at,
     outcome, reason, delivery_stage, outbound_ids, merged_into, gates_done_at, generation_start_at,
-    generation_end_at, first_send_at, first_ack_at, tokens, kind, completed_at)
+    generation_end_at, first_send_at, first_ack_at, tokens, kind, completed_at, trail, completed_seq)
 VALUES (?25, ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, 'done', 0, ?11, ?12, ?12, ?12,
-    ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?12)`
+    ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?12, ?26, ` + sqlNextCompletedSeq + `)`
+
+// sqlNextCompletedSeq numbers a record becoming done (migration 0011).
+const sqlNextCompletedSeq = `(SELECT coalesce(max(completed_seq), 0) + 1 FROM inbound_items WHERE completed_seq IS NOT NULL)`
 
 // sqlItemExists tells whether the item with id ?1 has a queue row.
 const sqlItemExists = `SELECT EXISTS (SELECT 1 FROM inbound_items WHERE ` + itemByID + `)`
@@ -167,6 +170,7 @@ const itemByID = `rid = (SELECT rowid FROM message_events WHERE id = ?1)`
 type outcomeRow struct {
 	code, reason, stage, outbound, merged, tokens, kind any
 	gates, genStart, genEnd, firstSend, firstAck        any
+	trail                                               any
 }
 
 // encodeOutcome validates and encodes o.
@@ -187,6 +191,13 @@ func encodeOutcome(o *inbound.Outcome) (outcomeRow, error) {
 	}
 	if len(o.Tokens) > 0 {
 		r.tokens = string(appendTokensJSON(make([]byte, 0, 96*len(o.Tokens)), o.Tokens))
+	}
+	if o.Trail != nil {
+		b, err := json.Marshal(o.Trail)
+		if err != nil {
+			return outcomeRow{}, fmt.Errorf("encode trail: %w", err)
+		}
+		r.trail = string(b)
 	}
 	return r, nil
 }
@@ -230,7 +241,7 @@ func (d *DB) Record(ctx context.Context, it inbound.Item, o inbound.Outcome) (bo
 		if _, err := tx.exec(sqlInsertDone, it.ID, it.SessionKey, r.chatKind, r.ev.senderID, r.ev.messageID,
 			r.ev.eventTime, r.ev.seq, r.source, r.history, r.priority, r.avail, now,
 			or.code, or.reason, or.stage, or.outbound, or.merged, or.gates, or.genStart, or.genEnd,
-			or.firstSend, or.firstAck, or.tokens, or.kind, r.ev.rowid); err != nil {
+			or.firstSend, or.firstAck, or.tokens, or.kind, r.ev.rowid, or.trail); err != nil {
 			return err
 		}
 		inserted = true
@@ -634,11 +645,12 @@ var sqlCompleteSet = `UPDATE inbound_items SET
     gates_done_at = coalesce(?9, gates_done_at), generation_start_at = coalesce(?10, generation_start_at),
     generation_end_at = coalesce(?11, generation_end_at), first_send_at = coalesce(?12, first_send_at),
     first_ack_at = coalesce(?13, first_ack_at), tokens = coalesce(?14, tokens), kind = ?15,
-    completed_at = ?16, updated_at = ?16`
+    completed_at = ?16, updated_at = ?16, trail = coalesce(?17, trail),
+    completed_seq = ` + sqlNextCompletedSeq
 
 var (
 	sqlComplete     = sqlCompleteSet + leaseHeld
-	sqlCompleteSoft = sqlCompleteSet + `, lease_owner = ?2, ` + softClaim(17, 18) + softHeld(19, 20)
+	sqlCompleteSoft = sqlCompleteSet + `, lease_owner = ?2, ` + softClaim(18, 19) + softHeld(20, 21)
 )
 
 // Complete implements inbound.Queue: the item becomes done with the
@@ -655,7 +667,7 @@ func (d *DB) Complete(ctx context.Context, l inbound.Lease, o inbound.Outcome) e
 	now := d.now()
 	after := func() { d.sched.leaseChanged(l.ID, l.Claims, true, false, 0, 0, 0, now) }
 	args := []any{or.code, or.reason, or.stage, or.outbound, or.merged,
-		or.gates, or.genStart, or.genEnd, or.firstSend, or.firstAck, or.tokens, or.kind, now}
+		or.gates, or.genStart, or.genEnd, or.firstSend, or.firstAck, or.tokens, or.kind, now, or.trail}
 	soft := func(sl softLease) (string, []any) { return sqlCompleteSoft, softArgs(&l, sl, args...) }
 	err = d.leaseOp(ctx, "complete", &l, after, sqlComplete, args, soft)
 	if err == nil {
@@ -952,7 +964,7 @@ const sqlRecordCols = `SELECT i.id, i.session_key, i.sender_id, i.message_id, co
     i.first_claimed_at, i.completed_at, coalesce(i.last_error, ''), coalesce(i.outcome, ''),
     coalesce(i.reason, ''), coalesce(i.delivery_stage, ''), i.outbound_ids, coalesce(i.merged_into, ''),
     i.gates_done_at, i.generation_start_at, i.generation_end_at, i.first_send_at, i.first_ack_at,
-    i.tokens, coalesce(i.kind, '')
+    i.tokens, coalesce(i.kind, ''), i.trail
 FROM inbound_items i LEFT JOIN message_events m ON m.rowid = i.rid`
 
 // scanRecord reads one row selected with sqlRecordCols.
@@ -963,12 +975,12 @@ func scanRecord(sc interface{ Scan(...any) error }) (inbound.Record, error) {
 		eventTime, avail, enqueued                int64
 		firstClaim, completed                     sql.NullInt64
 		gates, genStart, genEnd, firstSend, ackAt sql.NullInt64
-		outboundIDs, tokens                       sql.NullString
+		outboundIDs, tokens, trail                sql.NullString
 	)
 	err := sc.Scan(&r.ID, &r.SessionKey, &r.SenderID, &r.MessageID, &r.Text, &source, &r.Priority, &status,
 		&r.Attempts, &r.HistoryOnly, &eventTime, &avail, &enqueued, &firstClaim, &completed, &r.LastError,
 		&code, &r.Outcome.Reason, &stage, &outboundIDs, &r.Outcome.MergedInto,
-		&gates, &genStart, &genEnd, &firstSend, &ackAt, &tokens, &r.Outcome.Kind)
+		&gates, &genStart, &genEnd, &firstSend, &ackAt, &tokens, &r.Outcome.Kind, &trail)
 	if err != nil {
 		return inbound.Record{}, err
 	}
@@ -981,6 +993,12 @@ func scanRecord(sc interface{ Scan(...any) error }) (inbound.Record, error) {
 	r.Outcome.Timings = inbound.Timings{
 		GatesDone: fromNullMs(gates), GenerationStart: fromNullMs(genStart), GenerationEnd: fromNullMs(genEnd),
 		FirstSend: fromNullMs(firstSend), FirstAck: fromNullMs(ackAt),
+	}
+	if trail.Valid {
+		r.Outcome.Trail = new(inbound.Trail)
+		if err := json.Unmarshal([]byte(trail.String), r.Outcome.Trail); err != nil {
+			return inbound.Record{}, fmt.Errorf("decode trail of %s: %w", r.ID, err)
+		}
 	}
 	if outboundIDs.Valid {
 		if err := json.Unmarshal([]byte(outboundIDs.String), &r.Outcome.OutboundIDs); err != nil {

@@ -264,3 +264,10 @@ type MediaContent struct {
 type MediaFetcher interface {
 	FetchMedia(ctx context.Context, chat Chat, m Media, req MediaRequest) (MediaContent, error)
 }
+
+// RequestResponder is implemented by channels that can answer friend
+// requests (a [NoticeFriendRequest] notice): accept or refuse the request
+// the notice's Flag names.
+type RequestResponder interface {
+	AnswerFriendRequest(ctx context.Context, n Notice, accept bool) error
+}

@@ -52,6 +52,9 @@ const (
 	SourceBackfill Source = "backfill"
 	SourceGap      Source = "gap"
 	SourceJournal  Source = "journal"
+	// SourceSchedule marks the event of a scheduled turn: made by the
+	// pipeline when a schedule falls due, not received from the platform.
+	SourceSchedule Source = "schedule"
 )
 
 // Role is the sender's role in a group.
@@ -183,6 +186,9 @@ const (
 	NoticeGroupIncrease = "group_increase"
 	NoticeFriendAdd     = "friend_add"
 	NoticeMessageEdited = "message_edited"
+	// NoticeFriendRequest is someone asking to befriend the bot; Notice.Flag
+	// is what [RequestResponder] answers it with.
+	NoticeFriendRequest = "friend_request"
 )
 
 // Notice carries the details of a KindNotice event.
@@ -192,6 +198,11 @@ type Notice struct {
 	// UserID is the user the notice is about (the poked, joined or added user).
 	UserID          string `json:"user_id,omitempty"`
 	TargetMessageID string `json:"target_message_id,omitempty"`
+	// Flag is the platform's handle of a request (a friend request) that
+	// the answer must quote.
+	Flag string `json:"flag,omitempty"`
+	// Comment is the text a requester attached to a request.
+	Comment string `json:"comment,omitempty"`
 }
 
 // Event is one normalised platform event: a message, a notice or the bot's

@@ -80,6 +80,11 @@ func (e *Event) Key() string {
 		w(e.Notice.Operator)
 		w(e.Notice.UserID)
 		w(e.Notice.TargetMessageID)
+		if e.Notice.Flag != "" {
+			// A request's flag tells two requests of one person apart
+			// (added only when set: older keys stay as they were).
+			w(e.Notice.Flag)
+		}
 	}
 	w(e.Text())
 	return "sha256:" + hex.EncodeToString(h.Sum(nil))

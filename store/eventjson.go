@@ -84,6 +84,8 @@ func appendEventJSON(dst []byte, ev *channel.Event) (_ []byte, ok bool) {
 		dst = appendOptString(dst, `,"operator":`, n.Operator)
 		dst = appendOptString(dst, `,"user_id":`, n.UserID)
 		dst = appendOptString(dst, `,"target_message_id":`, n.TargetMessageID)
+		dst = appendOptString(dst, `,"flag":`, n.Flag)
+		dst = appendOptString(dst, `,"comment":`, n.Comment)
 		dst = append(dst, '}')
 	}
 	dst = appendOptString(dst, `,"source":`, string(ev.Source))

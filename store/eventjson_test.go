@@ -96,7 +96,7 @@ func randomEvent(r *rand.Rand) channel.Event {
 			Segments: randomSegments(r), FromBot: r.IntN(2) == 0}
 	}
 	if r.IntN(2) == 0 {
-		ev.Notice = &channel.Notice{Type: pick(r), Operator: pick(r), UserID: pick(r), TargetMessageID: pick(r)}
+		ev.Notice = &channel.Notice{Type: pick(r), Operator: pick(r), UserID: pick(r), TargetMessageID: pick(r), Flag: pick(r), Comment: pick(r)}
 	}
 	switch r.IntN(5) {
 	case 0:
@@ -209,7 +209,7 @@ func TestEventJSONKnowsEveryField(t *testing.T) {
 		reflect.TypeFor[channel.Segment](): {"type", "text", "user_id", "message_id", "media", "url", "face_id"},
 		reflect.TypeFor[channel.Media]():   {"url", "file_id", "name", "mime", "size", "sha256", "duration", "description", "transcript", "album"},
 		reflect.TypeFor[channel.Quoted]():  {"message_id", "sender", "text", "segments", "from_bot"},
-		reflect.TypeFor[channel.Notice]():  {"type", "operator", "user_id", "target_message_id"},
+		reflect.TypeFor[channel.Notice]():  {"type", "operator", "user_id", "target_message_id", "flag", "comment"},
 		reflect.TypeFor[inbound.Tokens]():  {"purpose", "model", "input", "cached_input", "output"},
 	}
 	for typ, want := range known {

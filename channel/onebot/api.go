@@ -405,6 +405,31 @@ func (c *Channel) Recall(ctx context.Context, chat channel.Chat, messageID strin
 	return err
 }
 
+// AnswerFriendRequest accepts (accept true) or refuses a friend request
+// (channel.RequestResponder): it calls set_friend_add_request with the
+// notice's flag and approve = accept, and no remark (an accepted friend
+// keeps the name they chose). n must be a channel.NoticeFriendRequest
+// notice with a flag, as the adapter delivers them; otherwise it returns a
+// *channel.RejectedError without calling. A failed answer (the flag is
+// unknown or expired, the request was already answered) comes back as an
+// *APIError, classified like every call (see Call): no connection is
+// channel.ErrOffline, a missing response ErrTimeout or ErrConnectionLost.
+func (c *Channel) AnswerFriendRequest(ctx context.Context, n channel.Notice, accept bool) error {
+	switch {
+	case n.Type != channel.NoticeFriendRequest:
+		return &channel.RejectedError{Code: "invalid_notice",
+			Reason: fmt.Sprintf("notice type %q is not %q", n.Type, channel.NoticeFriendRequest)}
+	case n.Flag == "":
+		return &channel.RejectedError{Code: "invalid_flag", Reason: "the friend request notice has no flag"}
+	}
+	_, err := c.call(ctx, "set_friend_add_request", map[string]any{"flag": n.Flag, "approve": accept}, c.cfg.CallTimeout)
+	if err != nil {
+		return fmt.Errorf("onebot: answer the friend request of %s: %w", cmp.Or(n.UserID, "an unknown user"), err)
+	}
+	c.log.Info("friend_request_answered", "user_id", n.UserID, "accept", accept)
+	return nil
+}
+
 // GetMessage fetches one message by id (get_msg) and normalises it (Source
 // backfill). Implementations that omit group_id from get_msg data make it
 // fail for group messages.

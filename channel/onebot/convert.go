@@ -13,8 +13,13 @@ import (
 )
 
 // errIgnored marks a well-formed payload that produces no event (a meta
-// event, a request, an unsupported notice).
+// event, a group request, an unsupported notice).
 var errIgnored = errors.New("onebot: ignored")
+
+// errInvalidRequest is wrapped by the error of a friend request event that
+// lacks a field the answer needs or has one of the wrong JSON type. Like
+// an invalid id, it is logged (invalid_event) and dropped.
+var errInvalidRequest = errors.New("onebot: invalid request event")
 
 // parseEvent decodes a pushed event, handles meta events, logs what it
 // skips, and returns the event to deliver, if any.
@@ -59,8 +64,7 @@ func (c *Channel) decodeEvent(raw []byte, src channel.Source) (channel.Event, er
 		c.handleMeta(&w)
 		return channel.Event{}, errIgnored
 	case "request":
-		c.log.Debug("request_ignored", "request_type", w.RequestType, "sub_type", w.SubType)
-		return channel.Event{}, errIgnored
+		return c.requestEvent(&w, raw)
 	}
 	c.log.Warn("unknown_event", "post_type", w.PostType, "bytes", len(raw))
 	return channel.Event{}, errIgnored
@@ -289,6 +293,63 @@ func (c *Channel) noticeEvent(w *wireEvent, raw []byte) (channel.Event, error) {
 	default:
 		c.log.Debug("notice_ignored", "notice_type", w.NoticeType, "sub_type", w.SubType)
 		return channel.Event{}, errIgnored
+	}
+	if err := ev.Validate(); err != nil {
+		return channel.Event{}, err
+	}
+	return ev, nil
+}
+
+// requestEvent normalises a friend request (request_type "friend": user_id,
+// comment, flag) into a channel.NoticeFriendRequest notice in the private
+// chat with the requester, sent by the requester. The flag is what
+// AnswerFriendRequest quotes; it must be a non-empty JSON string, user_id a
+// positive QQ number, and comment, when given, a string: anything else is
+// an errInvalidRequest or errInvalidID error. The event has no message id:
+// its dedupe key is the hash of its content, which includes the payload's
+// time, so a redelivered request keeps its key. Group join requests and
+// invitations (request_type "group") and unknown request types produce no
+// event: they are logged (request_ignored, at debug level) and dropped.
+func (c *Channel) requestEvent(w *wireEvent, raw []byte) (channel.Event, error) {
+	if w.RequestType != "friend" {
+		c.log.Debug("request_ignored", "request_type", w.RequestType, "sub_type", w.SubType,
+			"reason", "only friend requests are supported")
+		return channel.Event{}, errIgnored
+	}
+	var r ids
+	user := r.qq(w.UserID, "user_id", false)
+	if r.err != nil {
+		return channel.Event{}, r.err
+	}
+	if user == "" {
+		return channel.Event{}, fmt.Errorf("%w: friend request without user_id", errInvalidRequest)
+	}
+	flag, err := w.Flag.str("flag")
+	if err != nil {
+		return channel.Event{}, err
+	}
+	if flag == "" {
+		return channel.Event{}, fmt.Errorf("%w: friend request from %s without a flag", errInvalidRequest, user)
+	}
+	comment, err := w.Comment.str("comment")
+	if err != nil {
+		return channel.Event{}, err
+	}
+	self, _ := w.SelfID.qq("self_id", false) // checked by decodeEvent
+	if self == "" {
+		self = c.self()
+	}
+	ev := channel.Event{
+		Platform: c.cfg.Platform,
+		BotID:    self,
+		Kind:     channel.KindNotice,
+		Chat:     channel.Chat{Kind: channel.Private, ID: user},
+		Time:     c.eventTime(w.Time),
+		Sender:   channel.Sender{ID: user},
+		Notice: &channel.Notice{Type: channel.NoticeFriendRequest, Operator: user, UserID: user,
+			Flag: flag, Comment: comment},
+		Source: channel.SourceLive,
+		Raw:    cloneRaw(raw),
 	}
 	if err := ev.Validate(); err != nil {
 		return channel.Event{}, err

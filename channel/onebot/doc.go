@@ -31,13 +31,20 @@
 //
 // Events are normalised into [channel.Event]: private and group messages
 // (segment arrays and CQ-code strings alike), the bot's own messages
-// (post_type message_sent, or user_id = self id) as channel.KindSelf, and
-// the notices group_recall, friend_recall, notify/poke, group_increase and
-// friend_add as channel.KindNotice. The sender's card (else nickname),
-// role and level fill channel.Sender; a group's message_seq becomes
-// Event.Seq; a reply segment becomes a quote segment (and Event.Quoted when
-// the quoted message was seen or sent recently); an at segment of the bot
-// becomes a mention and sets ToMe. group_decrease (kick_me) and group_ban of
+// (post_type message_sent, or user_id = self id) as channel.KindSelf, the
+// notices group_recall, friend_recall, notify/poke, group_increase and
+// friend_add as channel.KindNotice, and friend requests (post_type
+// "request", request_type "friend") as a channel.NoticeFriendRequest
+// notice in the private chat with the requester (Notice.UserID and
+// Operator: the requester; Flag and Comment: the request's flag and
+// comment). A friend request has no message id; its dedupe key hashes its
+// content with the payload's time, so a redelivery keeps it. Group join
+// requests and invitations (request_type "group") are not supported: they
+// are logged (request_ignored, debug level) and dropped. The sender's
+// card (else nickname), role and level fill channel.Sender; a group's
+// message_seq becomes Event.Seq; a reply segment becomes a quote segment
+// (and Event.Quoted when the quoted message was seen or sent recently); an
+// at segment of the bot becomes a mention and sets ToMe. group_decrease (kick_me) and group_ban of
 // the bot are remembered for send classification. Heartbeats (status.online
 // and status.good) and get_status decide whether the account is
 // "effectively online"; a heartbeat missing for twice its interval counts
@@ -67,8 +74,11 @@
 // channel.ForwardSender (send_group_forward_msg / send_private_forward_msg),
 // channel.MemberLookup (get_group_member_info), channel.Typer (NapCat's
 // set_input_status, private chats), channel.TextLimiter (900 runes),
-// channel.AccountRisk and channel.MediaFetcher (see Media). [Channel.Call] makes any other action and
-// [Channel.GetMessage] wraps get_msg.
+// channel.AccountRisk, channel.MediaFetcher (see Media) and
+// channel.RequestResponder ([Channel.AnswerFriendRequest]:
+// set_friend_add_request with the notice's flag and approve, no remark; a
+// notice without a flag is refused before any call). [Channel.Call] makes
+// any other action and [Channel.GetMessage] wraps get_msg.
 //
 // # Media
 //
@@ -99,7 +109,10 @@
 //
 // Bad input never panics: malformed frames, unknown events and events for
 // another account are logged (malformed_frame, unknown_event, invalid_event)
-// and skipped, and the WebSocket stays open. Ids are checked against the
+// and skipped, and the WebSocket stays open. A friend request without a
+// flag, with a flag or comment that is not a string, or without a valid
+// user_id is invalid like an event with a bad id (logged as invalid_event;
+// over HTTP answered 204). Ids are checked against the
 // protocol's ranges: message_id must be a nonzero 32-bit integer (negative
 // ones are fine), self_id, user_id, group_id, target_id and operator_id
 // positive 64-bit integers (0 only where it means "none": a private

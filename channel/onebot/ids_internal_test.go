@@ -73,6 +73,10 @@ var (
 		{"time", "1700000000"}, {"self_id", testSelf}, {"post_type", `"notice"`}, {"notice_type", `"group_ban"`},
 		{"sub_type", `"ban"`}, {"group_id", "100200300"}, {"operator_id", "4243"}, {"user_id", "0"}, {"duration", "60"},
 	}
+	friendRequest = [][2]string{
+		{"time", "1700000000"}, {"self_id", testSelf}, {"post_type", `"request"`}, {"request_type", `"friend"`},
+		{"user_id", "4242"}, {"comment", `"hi"`}, {"flag", `"flag-1"`},
+	}
 	heartbeat = [][2]string{
 		{"time", "1700000000"}, {"self_id", testSelf}, {"post_type", `"meta_event"`}, {"meta_event_type", `"heartbeat"`},
 		{"status", `{"online":true,"good":true}`}, {"interval", "0"},
@@ -173,6 +177,14 @@ func TestEventIDRanges(t *testing.T) {
 		{"poke user_id string", poke, "user_id", `"4242"`, "user_id", nil},
 		{"ban group_id -1", groupBan, "group_id", "-1", "group_id -1", nil},
 		{"ban user_id -1", groupBan, "user_id", "-1", "user_id -1", nil},
+		{"friend request user_id -1", friendRequest, "user_id", "-1", "user_id -1", nil},
+		{"friend request user_id string", friendRequest, "user_id", `"4242"`, "user_id \"4242\": a string", nil},
+		{"friend request user_id 2^63", friendRequest, "user_id", two63, "out of the 64-bit range", nil},
+		{"friend request self_id 0", friendRequest, "self_id", "0", "self_id 0", nil},
+		{"friend request user_id 2^31 (64-bit)", friendRequest, "user_id", two31, "", func(t *testing.T, ev channel.Event) {
+			require.Equal(t, channel.Chat{Kind: channel.Private, ID: two31}, ev.Chat)
+			require.Equal(t, two31, ev.Notice.UserID)
+		}},
 		{"heartbeat self_id 1e30", heartbeat, "self_id", "1e30", "self_id 1e30", nil},
 		{"heartbeat self_id -1", heartbeat, "self_id", "-1", "self_id -1", nil},
 		{"heartbeat self_id 0 (before login)", heartbeat, "self_id", "0", "", nil},
@@ -282,7 +294,7 @@ func TestSegmentIDs(t *testing.T) {
 }
 
 // eventShapes are the templates FuzzEventIDs fills in.
-var eventShapes = [][][2]string{groupMsg, privateMsg, selfPrivate, groupRecall, poke, groupBan, heartbeat}
+var eventShapes = [][][2]string{groupMsg, privateMsg, selfPrivate, groupRecall, poke, groupBan, heartbeat, friendRequest}
 
 // FuzzEventIDs puts arbitrary JSON text in one field of each event shape:
 // decoding never panics, and an event it yields has every id in range.
@@ -317,6 +329,14 @@ func FuzzDecodeEvent(f *testing.F) {
 	f.Add([]byte(`{"post_type":"message","message_id":"5","user_id":"6","message":[{"type":"reply","data":{"id":"1e30"}}]}`))
 	f.Add([]byte(`{"messages":[{"message_id":5,"user_id":6,"message_seq":-1},{"message_id":2147483648,"user_id":6}]}`))
 	f.Add([]byte(`{not json`))
+	// Requests: a group join request and invitation (ignored), friend
+	// requests with a flag or comment of the wrong type, or without a flag.
+	f.Add([]byte(`{"time":1,"self_id":10001000,"post_type":"request","request_type":"group","sub_type":"add","group_id":1,"user_id":2,"comment":"c","flag":"g"}`))
+	f.Add([]byte(`{"time":1,"self_id":10001000,"post_type":"request","request_type":"group","sub_type":"invite","group_id":-1,"user_id":2,"flag":"g"}`))
+	f.Add([]byte(`{"time":1,"self_id":10001000,"post_type":"request","request_type":"friend","user_id":4242,"flag":7,"comment":null}`))
+	f.Add([]byte(`{"time":1,"self_id":10001000,"post_type":"request","request_type":"friend","user_id":4242,"flag":"f","comment":["x"]}`))
+	f.Add([]byte(`{"time":1,"self_id":10001000,"post_type":"request","request_type":"friend","user_id":4242,"flag":""}`))
+	f.Add([]byte(`{"post_type":"request","request_type":"friend","flag":"\u0000"}`))
 	f.Fuzz(func(t *testing.T, raw []byte) {
 		c := idChannel(t)
 		if ev, err := c.decodeEvent(raw, channel.SourceLive); err == nil {
@@ -365,6 +385,11 @@ func checkEventIDs(t *testing.T, ev channel.Event) {
 		qq("notice operator", n.Operator, true)
 		qq("notice user", n.UserID, true)
 		msg("notice target message", n.TargetMessageID, true)
+		if n.Type == channel.NoticeFriendRequest {
+			require.NotEmpty(t, n.Flag, "a friend request without a flag: %+v", ev)
+			require.Equal(t, channel.Chat{Kind: channel.Private, ID: n.UserID}, ev.Chat)
+			require.Equal(t, n.UserID, ev.Sender.ID)
+		}
 	}
 	for _, s := range ev.Segments {
 		switch s.Type {

@@ -38,8 +38,9 @@ var (
 // Channel is a OneBot v11 adapter for one bot account: a channel.Channel
 // that also implements the optional capabilities HistoryFetcher,
 // ChatLister, Typer, Recaller, ForwardSender, MemberLookup, TextLimiter,
-// AccountRisk and MediaFetcher, and http.Handler (the reverse-WebSocket endpoint or the HTTP
-// POST event receiver, depending on the mode).
+// AccountRisk, MediaFetcher and RequestResponder, and http.Handler (the
+// reverse-WebSocket endpoint or the HTTP POST event receiver, depending on
+// the mode).
 //
 // Create it with New. It is safe for concurrent use; Run is called once at a
 // time.
@@ -78,17 +79,18 @@ type Channel struct {
 
 // Compile-time checks of the capabilities.
 var (
-	_ channel.Channel        = (*Channel)(nil)
-	_ channel.HistoryFetcher = (*Channel)(nil)
-	_ channel.ChatLister     = (*Channel)(nil)
-	_ channel.Typer          = (*Channel)(nil)
-	_ channel.Recaller       = (*Channel)(nil)
-	_ channel.ForwardSender  = (*Channel)(nil)
-	_ channel.MemberLookup   = (*Channel)(nil)
-	_ channel.TextLimiter    = (*Channel)(nil)
-	_ channel.AccountRisk    = (*Channel)(nil)
-	_ channel.MediaFetcher   = (*Channel)(nil)
-	_ http.Handler           = (*Channel)(nil)
+	_ channel.Channel          = (*Channel)(nil)
+	_ channel.HistoryFetcher   = (*Channel)(nil)
+	_ channel.ChatLister       = (*Channel)(nil)
+	_ channel.Typer            = (*Channel)(nil)
+	_ channel.Recaller         = (*Channel)(nil)
+	_ channel.ForwardSender    = (*Channel)(nil)
+	_ channel.MemberLookup     = (*Channel)(nil)
+	_ channel.TextLimiter      = (*Channel)(nil)
+	_ channel.AccountRisk      = (*Channel)(nil)
+	_ channel.MediaFetcher     = (*Channel)(nil)
+	_ channel.RequestResponder = (*Channel)(nil)
+	_ http.Handler             = (*Channel)(nil)
 )
 
 // New validates cfg, fills in its defaults and returns a Channel. It does

@@ -186,6 +186,12 @@ func TestEventNormalisation(t *testing.T) {
 			func(t *testing.T, ev channel.Event) {
 				require.Equal(t, &channel.Notice{Type: channel.NoticeGroupIncrease, Operator: "4243", UserID: "5555"}, ev.Notice)
 			}},
+		{"FriendRequest", `{"time":1700000013,"self_id":10001000,"post_type":"request","request_type":"friend","user_id":6667,"comment":"加我","flag":"flag-6667"}`,
+			func(t *testing.T, ev channel.Event) {
+				require.Equal(t, p("6667"), ev.Chat)
+				require.Equal(t, channel.Sender{ID: "6667"}, ev.Sender)
+				require.Equal(t, &channel.Notice{Type: channel.NoticeFriendRequest, Operator: "6667", UserID: "6667", Flag: "flag-6667", Comment: "加我"}, ev.Notice)
+			}},
 		{"FriendAdd", `{"time":1700000012,"self_id":10001000,"post_type":"notice","notice_type":"friend_add","user_id":6666}`,
 			func(t *testing.T, ev channel.Event) {
 				require.Equal(t, p("6666"), ev.Chat)
@@ -195,7 +201,7 @@ func TestEventNormalisation(t *testing.T) {
 	// Payloads that produce no event: each is followed by a marker message,
 	// and nothing may arrive before the marker.
 	silent := []string{
-		`{"time":1,"self_id":10001000,"post_type":"request","request_type":"friend","user_id":1,"comment":"hi","flag":"f"}`,
+		`{"time":1,"self_id":10001000,"post_type":"request","request_type":"group","sub_type":"add","group_id":1,"user_id":1,"comment":"hi","flag":"f"}`,
 		`{"time":1,"self_id":10001000,"post_type":"notice","notice_type":"group_upload","group_id":1,"user_id":1,"file":{"id":"x"}}`,
 		`{"time":1,"self_id":10001000,"post_type":"notice","notice_type":"notify","sub_type":"honor","group_id":1,"user_id":1,"honor_type":"talkative"}`,
 		`{"time":1,"self_id":10001000,"post_type":"meta_event","meta_event_type":"lifecycle","sub_type":"connect"}`,

@@ -166,6 +166,31 @@ func (r *ids) seq(v wireID, field string) int64 {
 	return n
 }
 
+// wireText is a string field kept as its JSON text (nil when absent or
+// null), so that a request's flag or comment of the wrong JSON type is
+// refused with the field's name instead of failing the whole payload.
+type wireText []byte
+
+// UnmarshalJSON keeps the raw JSON text of the field.
+func (v *wireText) UnmarshalJSON(b []byte) error { return (*wireID)(v).UnmarshalJSON(b) }
+
+// str returns the field's string, "" when it is absent or null; any other
+// JSON type is invalid.
+func (v wireText) str(field string) (string, error) {
+	if len(v) == 0 {
+		return "", nil
+	}
+	var s string
+	if v[0] != '"' || json.Unmarshal(v, &s) != nil {
+		shown := string(v)
+		if len(shown) > 40 {
+			shown = shown[:40] + "…"
+		}
+		return "", fmt.Errorf("%w: %s %s: not a string", errInvalidRequest, field, shown)
+	}
+	return s, nil
+}
+
 // optInt is an integer read leniently (a number or a numeric string) that
 // remembers whether it was present.
 type optInt struct {
@@ -236,6 +261,8 @@ type wireEvent struct {
 	Anonymous     *wireAnonymous  `json:"anonymous"`
 	NoticeType    string          `json:"notice_type"`
 	RequestType   string          `json:"request_type"`
+	Flag          wireText        `json:"flag"`
+	Comment       wireText        `json:"comment"`
 	MetaEventType string          `json:"meta_event_type"`
 	Status        *wireStatus     `json:"status"`
 	Interval      optInt          `json:"interval"`

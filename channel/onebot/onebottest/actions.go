@@ -127,6 +127,8 @@ func (s *Server) act(ctx context.Context, action string, p params) result {
 		return s.sendForward(action, false, p)
 	case "get_image", "get_record", "get_file":
 		return s.getMedia(action, p)
+	case "set_friend_add_request":
+		return s.answerFriendRequest(p)
 	case "set_input_status":
 		uid, ok := p.int64("user_id")
 		if !ok {

@@ -26,14 +26,18 @@
 // send_group_msg, send_msg, delete_msg, get_msg, get_group_member_info,
 // get_group_list, get_friend_list, get_group_msg_history,
 // get_friend_msg_history (parameters per Config.Dialect),
-// send_group_forward_msg, send_private_forward_msg, set_input_status and
-// the media actions get_image, get_record (with out_format) and get_file,
+// send_group_forward_msg, send_private_forward_msg, set_input_status,
+// set_friend_add_request and the media actions get_image, get_record (with out_format) and get_file,
 // with the response envelope {status, retcode, data, echo} (and the
 // _async / _rate_limited suffixes); unknown actions get retcode 1404 (HTTP
 // 404).
 //
 // Tests drive it with [Server.EmitMessage] (a user posts; Lost stores it
-// without pushing), [Server.PushEvent] and [Server.PushRaw] (any payload,
+// without pushing), [Server.EmitFriendRequest] (a user asks to befriend the
+// bot: the request stays pending until set_friend_add_request answers its
+// flag; an unknown or already answered flag gets RetcodeFailed, approve
+// defaults to true, and an approved requester joins the friend list),
+// [Server.PushEvent] and [Server.PushRaw] (any payload,
 // even invalid JSON), [Server.Heartbeat], [Server.Recall], and script
 // failures with [Server.Drop] (close the connections), [Server.SetDown]
 // (the implementation is unreachable; messages are only stored),
@@ -42,8 +46,8 @@
 // [Server.FailNext] (any retcode for any action), [Server.Stall] (never
 // answer an action) and [Server.Kick] (leave a group). What the bot did is
 // read back with [Server.Sent], [Server.WaitSent], [Server.Calls],
-// [Server.WaitCall], [Server.History], [Server.Typing] and
-// [Server.Message].
+// [Server.WaitCall], [Server.WaitCalls], [Server.FriendAnswers],
+// [Server.History], [Server.Typing] and [Server.Message].
 //
 // Media for the media actions is registered with [Server.AddMedia]: a
 // [MediaFile] holds the bytes and says how the answer carries them (base64,

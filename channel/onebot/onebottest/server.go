@@ -221,6 +221,9 @@ type Server struct {
 	calls      []Call
 	typing     []int64
 	media      map[string]MediaFile
+	requests   map[string]int64 // flag → requester of a pending friend request
+	nrequest   int64
+	answers    []FriendAnswer
 	dials      int
 	lastDial   int
 	closed     bool
@@ -246,22 +249,23 @@ func New(cfg Config) *Server {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Server{
-		cfg:     cfg,
-		log:     cfg.Logger.With("component", "onebottest"),
-		clk:     clock.OrReal(cfg.Clock),
-		ctx:     ctx,
-		cancel:  cancel,
-		changed: make(chan struct{}),
-		conns:   map[*conn]bool{},
-		stalls:  map[string]bool{},
-		groups:  map[int64]*group{},
-		kicked:  map[int64]bool{},
-		friends: map[int64]string{},
-		seqs:    map[chatKey]int64{},
-		msgs:    map[int32]*Record{},
-		byChat:  map[chatKey][]*Record{},
-		media:   map[string]MediaFile{},
-		n:       999,
+		cfg:      cfg,
+		log:      cfg.Logger.With("component", "onebottest"),
+		clk:      clock.OrReal(cfg.Clock),
+		ctx:      ctx,
+		cancel:   cancel,
+		changed:  make(chan struct{}),
+		conns:    map[*conn]bool{},
+		stalls:   map[string]bool{},
+		groups:   map[int64]*group{},
+		kicked:   map[int64]bool{},
+		friends:  map[int64]string{},
+		seqs:     map[chatKey]int64{},
+		msgs:     map[int32]*Record{},
+		byChat:   map[chatKey][]*Record{},
+		media:    map[string]MediaFile{},
+		requests: map[string]int64{},
+		n:        999,
 	}
 }
 
@@ -498,6 +502,22 @@ func (s *Server) WaitCall(ctx context.Context, action string) (Call, error) {
 		return false
 	})
 	return got, err
+}
+
+// WaitCalls waits until the fake received at least n calls of action and
+// returns them, in order.
+func (s *Server) WaitCalls(ctx context.Context, action string, n int) ([]Call, error) {
+	var got []Call
+	err := s.waitFor(ctx, fmt.Sprintf("%d calls of %s", n, action), func() bool {
+		got = got[:0]
+		for _, c := range s.calls {
+			if c.Action == action {
+				got = append(got, c)
+			}
+		}
+		return len(got) >= n
+	})
+	return slices.Clone(got), err
 }
 
 // Typing returns the user ids set_input_status was called for.

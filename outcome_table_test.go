@@ -14,6 +14,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/personakit/persona/outcome"
 )
 
 // TestOutcomeTableMatchesCode keeps the README's outcome-code table and the
@@ -85,6 +87,26 @@ func TestOutcomeTableMatchesCode(t *testing.T) {
 	}
 	slices.Sort(extra)
 	require.Empty(t, extra, "README lists codes no package declares")
+}
+
+// TestOutcomeCatalogueMatchesREADME keeps outcome.Catalogue (what the event
+// center shows) equal to the README's table: same codes, owners and
+// meanings, in the same order.
+func TestOutcomeCatalogueMatchesREADME(t *testing.T) {
+	t.Parallel()
+	readme, err := os.ReadFile("README.md")
+	require.NoError(t, err)
+	row := regexp.MustCompile("(?m)^\\| `([a-z0-9_]+)` \\| ([a-z/]+) \\| (.*) \\|$")
+	var want []outcome.Info
+	for _, m := range row.FindAllStringSubmatch(string(readme), -1) {
+		want = append(want, outcome.Info{Code: outcome.Code(m[1]), Owner: m[2], Meaning: m[3]})
+	}
+	require.NotEmpty(t, want)
+	require.Equal(t, want, outcome.Catalogue(), "update outcome/catalogue.go from the README's outcome table")
+	for _, c := range want {
+		require.Equal(t, c.Meaning, outcome.Meaning(c.Code))
+		require.True(t, c.Code.Valid())
+	}
 }
 
 func isCodeType(e ast.Expr, pkg string) bool {

@@ -15,7 +15,6 @@ import (
 	"github.com/personakit/persona/inbound"
 	"github.com/personakit/persona/outbound"
 	"github.com/personakit/persona/outcome"
-	"github.com/personakit/persona/store"
 )
 
 // DefaultSummaryRange is the range GET /api/summary covers without since.
@@ -61,7 +60,7 @@ func (c *Center) readFailed(w http.ResponseWriter, r *http.Request, what string,
 	switch {
 	case errors.As(err, &bp):
 		writeError(w, http.StatusBadRequest, bp.msg)
-	case errors.Is(err, store.ErrInvalid):
+	case errors.Is(err, inbound.ErrInvalidQuery):
 		writeError(w, http.StatusBadRequest, what+": invalid request (a malformed cursor?)")
 	case errors.Is(err, inbound.ErrNotFound):
 		writeError(w, http.StatusNotFound, "no such message")

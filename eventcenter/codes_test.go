@@ -1,8 +1,6 @@
 package eventcenter_test
 
 import (
-	"os"
-	"regexp"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -11,27 +9,6 @@ import (
 	"github.com/personakit/persona/inbound"
 	"github.com/personakit/persona/outcome"
 )
-
-// TestCodesMatchREADME keeps the center's catalogue equal to the README's
-// outcome table (which TestOutcomeTableMatchesCode keeps equal to the
-// constants): same codes, owners and meanings, in the same order.
-func TestCodesMatchREADME(t *testing.T) {
-	t.Parallel()
-	readme, err := os.ReadFile("../README.md")
-	require.NoError(t, err)
-	row := regexp.MustCompile("(?m)^\\| `([a-z0-9_]+)` \\| ([a-z/]+) \\| (.*) \\|$")
-	var want []eventcenter.CodeInfo
-	for _, m := range row.FindAllStringSubmatch(string(readme), -1) {
-		code := outcome.Code(m[1])
-		want = append(want, eventcenter.CodeInfo{Code: code, Owner: m[2], Family: eventcenter.Family(code), Meaning: m[3]})
-	}
-	require.NotEmpty(t, want)
-	require.Equal(t, want, eventcenter.Codes(), "update the catalogue in codes.go from the README's outcome table")
-	for _, c := range want {
-		require.Equal(t, c.Meaning, eventcenter.Meaning(c.Code))
-		require.True(t, c.Code.Valid())
-	}
-}
 
 func TestFamily(t *testing.T) {
 	t.Parallel()

@@ -2,6 +2,7 @@ package inbound
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/personakit/persona/outcome"
@@ -63,6 +64,10 @@ type ReviewStep struct {
 	// descriptions.
 	Regenerate bool `json:"regenerate,omitempty"`
 }
+
+// ErrInvalidQuery is wrapped by a RecordReader's errors for a query it
+// cannot run: a malformed cursor, an unknown status, an empty range.
+var ErrInvalidQuery = errors.New("inbound: invalid record query")
 
 // RecordQuery selects records for [RecordReader.ListRecords]. Zero fields
 // do not filter.

@@ -35,7 +35,7 @@ const sqlListOrder = ` ORDER BY i.event_time DESC, i.id DESC LIMIT ?`
 // page never repeats or skips a record because newer ones arrived: pass
 // RecordPage.Next as the next query's Before. The cursor is opaque; a
 // malformed one, an invalid code or an unknown state fails with an error
-// wrapping ErrInvalid. A listing without a session filter reads the whole
+// wrapping errBadQuery. A listing without a session filter reads the whole
 // queue table (it has no index on event time), which is fine for an
 // operator's page but not for a hot path.
 func (d *DB) ListRecords(ctx context.Context, q inbound.RecordQuery) (inbound.RecordPage, error) {
@@ -59,7 +59,7 @@ func (d *DB) ListRecords(ctx context.Context, q inbound.RecordQuery) (inbound.Re
 	}
 	if q.Code != "" {
 		if !q.Code.Valid() {
-			return inbound.RecordPage{}, fmt.Errorf("store: list records: %w: outcome code %q", ErrInvalid, q.Code)
+			return inbound.RecordPage{}, fmt.Errorf("store: list records: %w: outcome code %q", errBadQuery, q.Code)
 		}
 		where = append(where, "i.outcome = ?")
 		args = append(args, string(q.Code))
@@ -87,7 +87,7 @@ func (d *DB) ListRecords(ctx context.Context, q inbound.RecordQuery) (inbound.Re
 	case inbound.StatusDone:
 		where = append(where, "i.status = 'done'")
 	default:
-		return inbound.RecordPage{}, fmt.Errorf("store: list records: %w: status %q", ErrInvalid, q.Status)
+		return inbound.RecordPage{}, fmt.Errorf("store: list records: %w: status %q", errBadQuery, q.Status)
 	}
 	var (
 		after   bool
@@ -164,15 +164,15 @@ func encodeListCursor(t int64, id string) string {
 func decodeListCursor(c string) (int64, string, error) {
 	raw, err := base64.RawURLEncoding.DecodeString(c)
 	if err != nil {
-		return 0, "", fmt.Errorf("%w: malformed cursor %q", ErrInvalid, c)
+		return 0, "", fmt.Errorf("%w: malformed cursor %q", errBadQuery, c)
 	}
 	ts, id, ok := strings.Cut(string(raw), ":")
 	if !ok || id == "" {
-		return 0, "", fmt.Errorf("%w: malformed cursor %q", ErrInvalid, c)
+		return 0, "", fmt.Errorf("%w: malformed cursor %q", errBadQuery, c)
 	}
 	t, err := strconv.ParseInt(ts, 10, 64)
 	if err != nil {
-		return 0, "", fmt.Errorf("%w: malformed cursor %q", ErrInvalid, c)
+		return 0, "", fmt.Errorf("%w: malformed cursor %q", errBadQuery, c)
 	}
 	return t, id, nil
 }
@@ -188,7 +188,7 @@ var sqlCompletedAfter = "SELECT i.completed_seq, " + strings.TrimPrefix(sqlRecor
 // became done after cursor, in the order they did, and the cursor of the
 // last one (cursor itself when there is none). A cursor is the decimal
 // completion number of a record ("" = before the first); anything else
-// fails with an error wrapping ErrInvalid. Completion numbers are given by
+// fails with an error wrapping errBadQuery. Completion numbers are given by
 // the single writer in commit order, so a reader that saw number n has
 // seen every number below it: records completed in the same millisecond
 // are neither repeated nor skipped.
@@ -197,7 +197,7 @@ func (d *DB) CompletedAfter(ctx context.Context, cursor string, limit int) ([]in
 	if cursor != "" {
 		n, err := strconv.ParseInt(cursor, 10, 64)
 		if err != nil || n < 0 {
-			return nil, cursor, fmt.Errorf("store: completed after: %w: cursor %q", ErrInvalid, cursor)
+			return nil, cursor, fmt.Errorf("store: completed after: %w: cursor %q", errBadQuery, cursor)
 		}
 		seq = n
 	}
@@ -275,7 +275,7 @@ GROUP BY 1 ORDER BY 1`
 // [since, until) counted per outcome code, their token use summed per
 // purpose (Calls counts the Tokens entries of the purpose), and the items
 // pending or leased now. A zero since or until leaves that end open; until
-// before since fails with an error wrapping ErrInvalid. The three counts
+// before since fails with an error wrapping errBadQuery. The three counts
 // come from one read snapshot. It reads every queue row (completed_at has
 // no index), so it is meant for an operator's page, not for every message.
 func (d *DB) Summarize(ctx context.Context, since, until time.Time) (inbound.Summary, error) {
@@ -287,7 +287,7 @@ func (d *DB) Summarize(ctx context.Context, since, until time.Time) (inbound.Sum
 		hi = ms(until)
 	}
 	if hi < lo {
-		return inbound.Summary{}, fmt.Errorf("store: summarize: %w: until %s is before since %s", ErrInvalid,
+		return inbound.Summary{}, fmt.Errorf("store: summarize: %w: until %s is before since %s", errBadQuery,
 			until.Format(time.RFC3339), since.Format(time.RFC3339))
 	}
 	s := inbound.Summary{Since: since, Until: until, Outcomes: map[outcome.Code]int{}}
@@ -345,3 +345,8 @@ func summaryRows(ctx context.Context, tx *sql.Tx, q string, args []any, row func
 	}
 	return nil
 }
+
+// errBadQuery is the store's ErrInvalid for a record query, also
+// inbound.ErrInvalidQuery so that readers of the port need not know the
+// store.
+var errBadQuery = fmt.Errorf("%w: %w", ErrInvalid, inbound.ErrInvalidQuery)

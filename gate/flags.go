@@ -2,6 +2,7 @@ package gate
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"strings"
 	"time"
@@ -91,7 +92,44 @@ const (
 	// FlagChatCooldown blocks chat-in replies in a group until Until (set
 	// after a chat-in reply was sent; read by the router).
 	FlagChatCooldown = "chat_cooldown"
+	// FlagSendMode is a group's proactive switch set in chat (the owner's
+	// /send): Value "on" or "off" overrides the policy for unprompted
+	// replies until cleared (/send inherit). Read by G10 and
+	// [Rules.ProactiveIn].
+	FlagSendMode = "send_mode"
 )
+
+// The values of FlagSendMode, and SendInherit, which clears it.
+const (
+	SendOn      = "on"
+	SendOff     = "off"
+	SendInherit = "inherit"
+)
+
+// SetSendMode stores a session's proactive switch: SendOn or SendOff
+// override the policy, SendInherit returns the decision to it.
+func SetSendMode(ctx context.Context, f Flags, session, mode string) error {
+	switch mode {
+	case SendOn, SendOff:
+		return f.SetFlag(ctx, Flag{SessionKey: session, Name: FlagSendMode, Until: forever, Value: mode})
+	case SendInherit:
+		return f.ClearFlag(ctx, session, "", FlagSendMode)
+	}
+	return fmt.Errorf("gate: send mode %q is not on, off or inherit", mode)
+}
+
+// SendMode returns a session's proactive switch: SendOn, SendOff or
+// SendInherit when none is set.
+func SendMode(ctx context.Context, f Flags, session string, now time.Time) (string, error) {
+	fl, ok, err := f.GetFlag(ctx, session, "", FlagSendMode)
+	if err != nil {
+		return "", fmt.Errorf("gate: read send mode: %w", err)
+	}
+	if ok && fl.Active(now) && (fl.Value == SendOn || fl.Value == SendOff) {
+		return fl.Value, nil
+	}
+	return SendInherit, nil
+}
 
 // forever is the deadline of marks that last until something clears them.
 var forever = time.Date(9999, time.December, 31, 0, 0, 0, 0, time.UTC)

@@ -33,6 +33,7 @@ type Rules struct {
 	botZone       *time.Location
 	stopWindow    time.Duration
 	quietInterval time.Duration
+	clock         clock.Clock
 }
 
 // Compile validates cfg and returns its Rules. Errors wrap
@@ -64,6 +65,7 @@ func Compile(cfg Config) (*Rules, error) {
 		botZone:       ps.bot.zone,
 		stopWindow:    p.StopWindow,
 		quietInterval: p.QuietReplyInterval,
+		clock:         clock.OrReal(cfg.Clock),
 	}
 	if r.log == nil {
 		r.log = slog.New(slog.DiscardHandler)
@@ -126,6 +128,23 @@ func (r *Rules) Chain() Chain {
 // takes it as its settings function.
 func (r *Rules) Proactive(ev *channel.Event) Proactive {
 	return r.ps.lookup(ev).proactive.Resolved()
+}
+
+// ProactiveIn is [Rules.Proactive] with the chat's /send switch applied:
+// when the owner turned proactive replies on in a chat whose policy has
+// both switches off, answering questions is on (chat-in stays as the
+// policy says). The default router reads its settings through it.
+func (r *Rules) ProactiveIn(ev *channel.Event) Proactive {
+	p := r.Proactive(ev)
+	if p.On() || ev.SessionKey == "" {
+		return p
+	}
+	// The flag cache answers from memory after the first read.
+	mode, err := SendMode(context.Background(), r.flags, ev.SessionKey, r.clock.Now())
+	if err == nil && mode == SendOn {
+		p.AnswerQuestions = ToggleOn
+	}
+	return p
 }
 
 // RecordModelCall counts one model call made for ev at now against the
@@ -420,12 +439,22 @@ func (r *Rules) memberLevel(ctx context.Context, t *Turn, e *effective) Verdict 
 }
 
 // G10.
-func (r *Rules) proactiveSwitch(_ context.Context, t *Turn) Verdict {
+func (r *Rules) proactiveSwitch(ctx context.Context, t *Turn) Verdict {
 	switch {
 	case t.Direct:
 		return Pass
 	case r.noRouter:
 		return Stopped(IgnoredProactiveOff, "not addressed to the bot and no router is configured")
+	}
+	mode, err := SendMode(ctx, r.flags, t.SessionKey, t.Now)
+	if err != nil {
+		return Failed(err)
+	}
+	switch {
+	case mode == SendOff:
+		return Stopped(IgnoredProactiveOff, "not addressed to the bot and proactive replies were turned off in this chat (/send off)")
+	case mode == SendOn:
+		return Pass
 	case !r.ps.lookup(&t.Event).proactive.On():
 		return Stopped(IgnoredProactiveOff, "not addressed to the bot and both proactive switches are off")
 	}

@@ -727,7 +727,41 @@ func TestGateProactiveSwitch(t *testing.T) {
 		{name: "group turns both off", cfg: func(c *gate.Config) {
 			c.Groups = map[string]gate.GroupPolicy{"g1": {Proactive: gate.Proactive{AnswerQuestions: gate.ToggleOff, ChatIn: gate.ChatOff}}}
 		}, want: gate.IgnoredProactiveOff},
+		{name: "/send off beats the policy", setup: sendMode(gate.SendOff), want: gate.IgnoredProactiveOff, reason: "/send off"},
+		{name: "/send off, direct", setup: sendMode(gate.SendOff), turn: direct},
+		{name: "/send on beats both off", cfg: bothOff, setup: sendMode(gate.SendOn)},
+		{name: "/send on, no router", cfg: func(c *gate.Config) { c.NoRouter = true }, setup: sendMode(gate.SendOn), want: gate.IgnoredProactiveOff, reason: "no router"},
+		{name: "/send inherit", cfg: bothOff, setup: func(t *testing.T, e *env) {
+			sendMode(gate.SendOn)(t, e)
+			sendMode(gate.SendInherit)(t, e)
+		}, want: gate.IgnoredProactiveOff, reason: "both proactive switches are off"},
+		{name: "flags broken", setup: broken, err: true},
 	})
+}
+
+func sendMode(mode string) func(t *testing.T, e *env) {
+	return func(t *testing.T, e *env) {
+		require.NoError(t, gate.SetSendMode(t.Context(), e.flags, groupTurn().SessionKey, mode))
+	}
+}
+
+func TestSendModeAndProactiveIn(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, func(c *gate.Config) {
+		c.Policy.Proactive = gate.Proactive{AnswerQuestions: gate.ToggleOff, ChatIn: gate.ChatOff}
+	})
+	ev := groupTurn().Event
+	ev.SessionKey = groupTurn().SessionKey
+	require.Error(t, gate.SetSendMode(t.Context(), e.flags, ev.SessionKey, "maybe"))
+	mode, err := gate.SendMode(t.Context(), e.flags, ev.SessionKey, t0)
+	require.NoError(t, err)
+	require.Equal(t, gate.SendInherit, mode)
+	require.False(t, e.rules.ProactiveIn(&ev).On())
+	require.NoError(t, gate.SetSendMode(t.Context(), e.flags, ev.SessionKey, gate.SendOn))
+	require.True(t, e.rules.ProactiveIn(&ev).On())
+	require.Equal(t, gate.ChatOff, e.rules.ProactiveIn(&ev).ChatIn, "chat-in stays as the policy says")
+	require.NoError(t, gate.SetSendMode(t.Context(), e.flags, ev.SessionKey, gate.SendOff))
+	require.False(t, e.rules.ProactiveIn(&ev).On())
 }
 
 func TestGateStopWindow(t *testing.T) {

@@ -86,6 +86,12 @@ const (
 type LoopConfig struct {
 	// Registry holds the embedder's tools (nil = built-in tools only).
 	Registry *Registry
+	// ToolImages lets pictures a tool returns (ToolResult.Images, a page
+	// screenshot) reach the model: after the tool's result, a user
+	// message carries them as image parts (at most MaxToolImages per
+	// step). Set it only when the model takes images; otherwise they are
+	// dropped and the tool's text stands alone.
+	ToolImages bool
 	// Clock drives every deadline and store (nil = wall clock).
 	Clock clock.Clock
 	// Logger receives agent_* events (nil = discard).
@@ -250,6 +256,10 @@ func (l *Loop) Carry() *CarryStore { return l.cfg.Carry }
 
 // MemoryBlocks renders the session's "recent tool calls" and carry-over
 // blocks, for a prompt builder that places them itself (then set
+// MaxToolImages bounds the pictures one tool call may add to the
+// conversation (LoopConfig.ToolImages).
+const MaxToolImages = 2
+
 // LoopInput.SkipMemoryBlocks).
 func (l *Loop) MemoryBlocks(session string) MemoryBlocks { return l.cfg.Carry.Blocks(session) }
 

@@ -37,6 +37,7 @@ type run struct {
 	records                []CallRecord
 	summaries              []string
 	image                  bool
+	images                 []string // the last tool call's pictures (ToolImages)
 	usage                  Usage
 	model                  string
 	timeSensitive          bool
@@ -268,6 +269,16 @@ func (r *run) appendStep(text string, calls []ToolCall, obs string) {
 	for _, c := range calls[1:] {
 		r.msgs = append(r.msgs, Message{Role: RoleTool, ToolCallID: c.ID,
 			Content: "not executed: only the first tool call of a step runs; call it again in the next step if you still need it"})
+	}
+	if len(r.images) > 0 {
+		// Tool messages carry text only: the pictures follow as a user
+		// message (after every tool answer, as the protocol wants).
+		parts := make([]Part, len(r.images))
+		for i, u := range r.images {
+			parts[i] = Part{ImageURL: u, Detail: "low"}
+		}
+		r.msgs = append(r.msgs, Message{Role: RoleUser, Content: fmt.Sprintf("[%d picture(s) returned by %s]", len(parts), calls[0].Name), Parts: parts})
+		r.images = nil
 	}
 }
 
@@ -522,6 +533,13 @@ func (r *run) runTool(ctx context.Context, name string, e *toolEntry, args json.
 		}
 	default:
 		text = o.res.Text
+		if r.l.cfg.ToolImages {
+			for _, u := range o.res.Images {
+				if len(r.images) < MaxToolImages && strings.HasPrefix(u, "data:image/") {
+					r.images = append(r.images, u)
+				}
+			}
+		}
 	}
 	ev, image := env.take()
 	if image {

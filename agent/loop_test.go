@@ -819,3 +819,51 @@ func TestLoopTiers(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []string{`{"q":"z"}`}, f.rec.calls())
 }
+
+type screenshotTool struct{ images []string }
+
+func (screenshotTool) Spec() agent.ToolSpec {
+	return agent.ToolSpec{Name: "browser_render", Description: "Render a page."}
+}
+
+func (screenshotTool) Call(context.Context, json.RawMessage) (string, error) { return "", nil }
+
+func (s screenshotTool) CallResult(context.Context, json.RawMessage) (agent.ToolResult, error) {
+	return agent.ToolResult{Text: "page text", Images: s.images}, nil
+}
+
+// TestLoopToolImages: a tool's pictures follow its result as a user
+// message with image parts when the loop may pass them on (at most
+// MaxToolImages, data URLs only), and are dropped otherwise.
+func TestLoopToolImages(t *testing.T) {
+	t.Parallel()
+	shots := []string{"data:image/png;base64,AAAA", "https://evil.example/x.png", "data:image/jpeg;base64,BBBB", "data:image/png;base64,CCCC"}
+	for _, on := range []bool{true, false} {
+		f := newFixture(t, agent.LoopConfig{ToolImages: on})
+		require.NoError(t, f.reg.Register(screenshotTool{images: shots}, agent.Core()))
+		m := agenttest.New(agenttest.ToolCall("browser_render", `{}`), finalize("done"))
+		_, err := f.loop.RunLoop(t.Context(), f.input(m))
+		require.NoError(t, err)
+		msgs := m.Last().Messages
+		var parts []agent.Part
+		toolAt, picsAt := -1, -1
+		for i, msg := range msgs {
+			if msg.Role == agent.RoleTool && toolAt < 0 {
+				toolAt = i
+			}
+			if len(msg.Parts) > 0 {
+				picsAt, parts = i, msg.Parts
+			}
+		}
+		require.GreaterOrEqual(t, toolAt, 0)
+		if !on {
+			require.Empty(t, parts, "a model that takes no images gets none")
+			continue
+		}
+		require.Greater(t, picsAt, toolAt, "the pictures follow the tool's answer")
+		require.Equal(t, agent.RoleUser, msgs[picsAt].Role)
+		require.Len(t, parts, agent.MaxToolImages)
+		require.Equal(t, shots[0], parts[0].ImageURL)
+		require.Equal(t, shots[2], parts[1].ImageURL, "only data: URLs, never a URL the model would fetch")
+	}
+}

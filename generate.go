@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/personakit/persona/agent"
+	"github.com/personakit/persona/agent/web"
 	"github.com/personakit/persona/channel"
 	"github.com/personakit/persona/gate"
 	"github.com/personakit/persona/inbound"
@@ -86,8 +87,16 @@ func (p *Pipeline) buildGeneration(db *store.DB) error {
 		if reg == nil {
 			reg = agent.NewRegistry()
 		}
+		if p.opt.Web != nil {
+			if _, ok := reg.Lookup(web.ToolName); !ok {
+				if err := reg.Register(p.opt.Web.Tool()); err != nil {
+					return fmt.Errorf("persona: register web_fetch: %w", err)
+				}
+			}
+		}
 		loop, err := agent.NewLoop(agent.LoopConfig{Registry: reg, Clock: p.clk, Logger: p.log,
-			RequestTimeout: p.opt.RequestTimeout, Secrets: p.opt.Secrets, Snapshots: flagSnapshots{p}})
+			RequestTimeout: p.opt.RequestTimeout, Secrets: p.opt.Secrets, Snapshots: flagSnapshots{p},
+			ToolImages: p.attach})
 		if err != nil {
 			return err
 		}
@@ -224,6 +233,11 @@ func (p *Pipeline) generate(ctx context.Context, l inbound.Lease, t *gate.Turn, 
 		in.Current.Parts, in.DependencyImages = img.parts, img.depParts
 	} else {
 		in.MediaIndex = img.dependencyLines()
+	}
+	if p.sources != nil {
+		for _, src := range p.sources.Recent(l.SessionKey, in.Now) {
+			in.RecentSources = append(in.RecentSources, sourceLine(src))
+		}
 	}
 	var watermark memory.Watermark
 	if g.summarizer != nil {
@@ -415,5 +429,45 @@ func (p *Pipeline) afterReply(ctx context.Context, l inbound.Lease) {
 	select {
 	case g.summaries <- l.SessionKey:
 	default: // a refresh is already due; the next reply asks again
+	}
+}
+
+// sourceLine renders a page the session read for the recent-sources
+// block: title, address and the start of its text.
+func sourceLine(s web.Source) string {
+	line := s.URL
+	if s.Title != "" {
+		line = s.Title + " (" + s.URL + ")"
+	}
+	if s.Excerpt != "" {
+		line += ": " + s.Excerpt
+	}
+	return line
+}
+
+// readLinks reads the links of a message the turn answers (at most
+// route.MaxLinksPerMessage, each once per session while it is recent) so
+// that the prompt's recent-sources block shows them. A link that cannot
+// be read is noted in the trail; the turn goes on.
+func (p *Pipeline) readLinks(ctx context.Context, l inbound.Lease, tr *turnTrail) {
+	for _, u := range route.Links(&l.Event, route.MaxLinksPerMessage) {
+		if !p.opt.Web.Resolvable(u) {
+			continue
+		}
+		now := p.clk.Now()
+		if p.sources.Seen(l.SessionKey, u, now) {
+			tr.Notes = append(tr.Notes, "link already read in this chat: "+u)
+			continue
+		}
+		doc, err := p.opt.Web.Fetch(ctx, u)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			tr.Notes = append(tr.Notes, "link not read: "+err.Error())
+			continue
+		}
+		p.sources.Add(l.SessionKey, doc.Source())
+		tr.Notes = append(tr.Notes, "link read: "+doc.Source().URL)
 	}
 }

@@ -88,7 +88,7 @@ func (p *Pipeline) handleDurably(actx context.Context, ev channel.Event, history
 		p.notify(it.ID, o)
 		return nil
 	}
-	it.Priority = priority(&ev, route.Classify(&ev, p.identity, p.opt.Triggers) != "")
+	it.Priority = priority(&ev, route.Classify(&ev, p.identity, p.opt.Triggers))
 	switch album := albumOf(ev.Segments); {
 	case ev.MediaOnly():
 		it.AvailableAt = ev.Time.Add(inbound.MediaMergeWindow)
@@ -108,6 +108,12 @@ func (p *Pipeline) handleDurably(actx context.Context, ev channel.Event, history
 		// queued and not yet held (a redelivery is noted once).
 		p.hold.note(&it, p.clk.Now())
 	}
+	return p.enqueue(actx, it)
+}
+
+// enqueue stores an item in the queue (in the journal when the queue
+// cannot be written) and wakes the dispatcher.
+func (p *Pipeline) enqueue(actx context.Context, it inbound.Item) error {
 	enqueued, err := p.opt.Queue.Enqueue(actx, it)
 	if err != nil {
 		p.log.Warn("enqueue failed; writing to journal", "id", it.ID, "err", err)
@@ -127,16 +133,16 @@ func (p *Pipeline) handleDurably(actx context.Context, ev channel.Event, history
 	return nil
 }
 
-// priority implements the claim priorities: direct 100, quote 80, link 60,
-// else 0.
-func priority(ev *channel.Event, direct bool) int {
+// priority implements the claim priorities: direct 100, quote 80, a link
+// the link trigger resolves 60, else 0.
+func priority(ev *channel.Event, trigger string) int {
 	switch {
-	case direct:
+	case trigger == route.TriggerLink:
+		return inbound.PriorityLink
+	case trigger != "":
 		return inbound.PriorityDirect
 	case ev.QuoteID() != "":
 		return inbound.PriorityQuote
-	case ev.Has(channel.SegLink):
-		return inbound.PriorityLink
 	}
 	return inbound.PriorityOther
 }
@@ -158,7 +164,14 @@ func (p *Pipeline) handleNotice(ctx context.Context, ev channel.Event) error {
 		}
 	}
 	it := inbound.Item{ID: ev.Key(), SessionKey: ev.SessionKey, Event: ev}
-	o := inbound.Outcome{Code: outcome.Notice(n.Type), Reason: "platform notice recorded", Kind: "notice"}
+	act, why := p.noticeAction(ctx, &ev)
+	if act {
+		// The bot acts on it (a reply, an answer to the platform): a turn
+		// does, so that it happens once, durably, through the gates.
+		it.Priority = inbound.PriorityDirect
+		return p.enqueue(ctx, it)
+	}
+	o := inbound.Outcome{Code: outcome.Notice(n.Type), Reason: noticeReason(why), Kind: "notice"}
 	created, err := p.opt.Queue.Record(ctx, it, o)
 	if err != nil {
 		return fmt.Errorf("persona: record notice: %w", err)
@@ -172,5 +185,11 @@ func (p *Pipeline) handleNotice(ctx context.Context, ev channel.Event) error {
 func (p *Pipeline) notify(id string, o inbound.Outcome) {
 	if p.opt.OnOutcome != nil {
 		p.opt.OnOutcome(id, o)
+	}
+	p.listenMu.Lock()
+	ls := p.listeners
+	p.listenMu.Unlock()
+	for _, f := range ls {
+		f(id, o)
 	}
 }

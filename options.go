@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/personakit/persona/agent"
+	"github.com/personakit/persona/agent/web"
 	"github.com/personakit/persona/channel"
 	"github.com/personakit/persona/clock"
 	"github.com/personakit/persona/gate"
@@ -160,6 +161,20 @@ type Options struct {
 	// (1 s; no attempt is charged).
 	OfflineRetry time.Duration
 
+	// Commands are chat commands of the embedder's, answered in code
+	// without the chat model (see Command). The built-in ones are always
+	// there: the owner's /status, /send, /pause, /resume, /why, /welcome
+	// and /help, and anyone's /forget me.
+	Commands []Command
+	// Notices says how the bot answers pokes, new members and friend
+	// requests (see NoticeOptions).
+	Notices NoticeOptions
+	// Web reads links: with it, a message holding a link the reader can
+	// resolve is direct (the link trigger), the page is read before the
+	// reply and shown in the prompt's recent-sources block, and the
+	// agent gets the web_fetch tool (when Agent is on). See agent/web.
+	Web *web.Reader
+
 	// Clock is the time source (default the wall clock).
 	Clock clock.Clock
 	// Logger receives structured logs (nil = slog.Default(), so nothing is
@@ -231,6 +246,9 @@ func (o *Options) applyDefaults() error {
 			return fmt.Errorf("persona: read persona file: %w", err)
 		}
 		o.Persona = string(b)
+	}
+	if err := validateCommands(o.Commands); err != nil {
+		return err
 	}
 	o.customRunner = o.Runner != nil
 	if o.Runner == nil {

@@ -17,11 +17,13 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/personakit/persona/agent"
+	"github.com/personakit/persona/agent/web"
 	"github.com/personakit/persona/channel"
 	"github.com/personakit/persona/clock"
 	"github.com/personakit/persona/gate"
 	"github.com/personakit/persona/inbound"
 	"github.com/personakit/persona/media"
+	"github.com/personakit/persona/memory"
 	"github.com/personakit/persona/outbound"
 	"github.com/personakit/persona/route"
 	"github.com/personakit/persona/store"
@@ -69,6 +71,17 @@ type Pipeline struct {
 	scopes *scopes
 	model  agent.Model
 	exit   *outbound.Exit
+	// records lists the store's records (/status, /why, the event
+	// center; nil when the queue cannot list them); facts is long-term
+	// memory's store (nil when Memory is off).
+	records inbound.RecordReader
+	facts   memory.FactStore
+	// sources are the pages each session read recently (nil without
+	// Options.Web).
+	sources *web.Sources
+	// listeners are told of every terminal record (the event centers).
+	listenMu  sync.Mutex
+	listeners []func(id string, o inbound.Outcome)
 	// bypass names purposes whose calls skip the boundary: tests prove
 	// with it that the privacy test notices a call site that would.
 	bypass map[string]bool
@@ -144,7 +157,7 @@ func New(opt Options) (*Pipeline, error) {
 		owned:     owned,
 		owner:     uuid.NewString(),
 		admit:     gate.AdmissionPolicy{Mode: opt.PrivateAdmission, Owners: opt.Owners, Allowlist: opt.PrivateAllowlist},
-		identity:  route.Identity{Aliases: opt.Aliases, Owners: opt.Owners},
+		identity:  route.Identity{Aliases: opt.Aliases, Owners: opt.Owners, Commands: publicCommands(opt.Commands)},
 		bursts:    newBursts(),
 		hold:      newMediaHold(),
 		started:   opt.Clock.Now(),
@@ -175,6 +188,18 @@ func New(opt Options) (*Pipeline, error) {
 	if err := p.buildGeneration(db); err != nil {
 		_ = p.Close()
 		return nil, err
+	}
+	if db != nil {
+		p.records = db
+		if opt.Memory {
+			p.facts = db
+		}
+	} else if rr, ok := opt.Queue.(inbound.RecordReader); ok {
+		p.records = rr
+	}
+	if opt.Web != nil {
+		p.identity.ResolveLink = opt.Web.Resolvable
+		p.sources = web.NewSources(p.clk, 0, 0)
 	}
 	if db != nil {
 		hctx, cancel := context.WithTimeout(context.Background(), DefaultBookkeeping)
@@ -240,7 +265,7 @@ func (p *Pipeline) buildStages() error {
 		}
 	}
 	if p.router == nil && !opt.NoRouter && opt.Model != nil {
-		r, err := route.New(route.Config{Model: p.model, Flags: p.flags, Settings: rules.Proactive,
+		r, err := route.New(route.Config{Model: p.model, Flags: p.flags, Settings: rules.ProactiveIn,
 			Aliases: opt.Aliases, Clock: p.clk, Logger: p.log})
 		if err != nil {
 			return fmt.Errorf("persona: %w", err)

@@ -276,7 +276,9 @@ func TestPrivateAdmission(t *testing.T) {
 
 func TestSelfAndNoticeEventsNeverEnterTheQueue(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, agenttest.New(), nil)
+	// A notice the bot does not act on (here: poke replies are off) is
+	// recorded at once and never queued.
+	h := newHarness(t, agenttest.New(), func(o *persona.Options) { o.Notices.NoPokeReply = true })
 	ctx := t.Context()
 	now := h.clk.Now()
 	self := channel.Event{Platform: "chantest", BotID: "bot", Kind: channel.KindSelf, Chat: group1, MessageID: "s1", Time: now,

@@ -219,19 +219,59 @@ func (p *Pipeline) storeHeld(ctx context.Context, l *inbound.Lease) (act action,
 // It calls heartbeat (once is enough) before anything that can take time:
 // resuming a delivery, or going on past the gates.
 func (p *Pipeline) turn(ctx context.Context, l inbound.Lease, heartbeat func()) action {
-	var note string
-	act := p.stages(ctx, l, heartbeat, &note)
-	if note != "" && act.kind == actComplete {
-		// Something the turn could not do but went on without (a voice
-		// clip not transcribed) is told in the record.
-		act.outcome.Reason = strings.TrimPrefix(act.outcome.Reason+"; "+note, "; ")
+	var tr turnTrail
+	act := p.stages(ctx, l, heartbeat, &tr)
+	if act.kind == actComplete {
+		if tr.note != "" {
+			// Something the turn could not do but went on without (a voice
+			// clip not transcribed) is told in the record.
+			act.outcome.Reason = strings.TrimPrefix(act.outcome.Reason+"; "+tr.note, "; ")
+			tr.Notes = append(tr.Notes, tr.note)
+		}
+		if act.outcome.Trail == nil && !tr.empty() {
+			act.outcome.Trail = &tr.Trail
+		}
 	}
 	return act
 }
 
-// stages runs the stages of turn; note collects what the record's reason
-// should add.
-func (p *Pipeline) stages(ctx context.Context, l inbound.Lease, heartbeat func(), note *string) action {
+// turnTrail is what a turn learns about its own decisions as it goes: the
+// record's trail, and a note the record's reason should add.
+type turnTrail struct {
+	inbound.Trail
+	note string
+}
+
+func (t *turnTrail) empty() bool {
+	return t.Trigger == "" && len(t.Gates) == 0 && t.StoppedBy == "" && t.Command == "" &&
+		t.Schedule == "" && t.Router == nil && len(t.Review) == 0 && len(t.Notes) == 0
+}
+
+// review adds one review verdict to the trail.
+func (t *turnTrail) review(gen int, v outbound.Verdict, err error) {
+	if err != nil {
+		return
+	}
+	t.Review = append(t.Review, inbound.ReviewStep{Generation: gen, Send: v.Send, Code: v.Code, Reason: v.Reason,
+		Rewritten: v.Rewritten, Regenerate: v.Regenerate})
+}
+
+// passedGates lists the names of the gates of the chain before the one
+// named stopped (all of them when stopped is "").
+func passedGates(c gate.Chain, stopped string) []string {
+	out := make([]string, 0, len(c))
+	for _, g := range c {
+		if stopped != "" && g.Name() == stopped {
+			break
+		}
+		out = append(out, g.Name())
+	}
+	return out
+}
+
+// stages runs the stages of turn; tr collects the trail and what the
+// record's reason should add.
+func (p *Pipeline) stages(ctx context.Context, l inbound.Lease, heartbeat func(), tr *turnTrail) action {
 	ev := l.Event
 	if l.HistoryOnly {
 		return complete(inbound.BackfillHistoryOnly, "backfilled message kept as history only")
@@ -250,13 +290,26 @@ func (p *Pipeline) stages(ctx context.Context, l inbound.Lease, heartbeat func()
 		}
 	}
 
+	// A notice or a schedule the bot acts on: a friend request is
+	// answered here; a poke, a new member or a schedule makes a message
+	// the rest of the turn answers (a synthetic turn).
+	var syn *synthetic
+	if ev.Kind == channel.KindNotice && ev.Notice != nil {
+		act, s := p.noticeTurn(ctx, l, tr)
+		if s == nil {
+			return act
+		}
+		syn = s
+		l.Event = syn.asMessage(l.Event)
+	}
+
 	// Media-turn assembly, then speech to text: both before the gates,
 	// which see the message as it will be answered.
 	act, done, owners := p.assemble(ctx, &l)
 	if done {
 		return act
 	}
-	if p.media != nil && hasMedia(&l.Event) {
+	if p.media != nil && syn == nil && hasMedia(&l.Event) {
 		// The turn writes what it learns (transcripts, descriptions) into
 		// its own copy of the event.
 		l.Event = l.Event.Clone()
@@ -264,18 +317,33 @@ func (p *Pipeline) stages(ctx context.Context, l inbound.Lease, heartbeat func()
 		if act, retry, why := p.transcribe(ctx, &l, owners); retry {
 			return act
 		} else if why != "" {
-			*note = why
+			tr.note = why
 		}
 	}
 	ev = l.Event
 	st := p.channelFor(ev.Platform, ev.BotID)
 	trigger := route.Classify(&ev, p.identity, p.opt.Triggers)
+	if syn != nil {
+		trigger = syn.trigger
+	} else if trigger == route.TriggerOwnerCommand {
+		// The owner's commands come before the gates: /resume must work
+		// while the chat is paused.
+		tr.Trigger = trigger
+		heartbeat()
+		if act, handled := p.command(ctx, l, true, tr); handled {
+			return act
+		}
+	}
 	t := &gate.Turn{Event: ev, SessionKey: l.SessionKey, Direct: trigger != "", Trigger: trigger,
 		Owner: p.identity.IsOwner(&ev), Now: p.clk.Now()}
 	if st != nil {
 		t.Members, _ = st.ch.(channel.MemberLookup)
 	}
+	tr.Trigger = trigger
 	v := p.gates.Check(ctx, t)
+	if v.Err == nil {
+		tr.Gates, tr.StoppedBy = passedGates(p.gates, v.Gate), v.Gate
+	}
 	if v.Err != nil {
 		return action{kind: actRetry, err: fmt.Errorf("gate %s: %w", v.Gate, v.Err)}
 	}
@@ -284,7 +352,7 @@ func (p *Pipeline) stages(ctx context.Context, l inbound.Lease, heartbeat func()
 	}
 	if v.Stop {
 		reason := fmt.Sprintf("%s (gate %s)", v.Reason, v.Gate)
-		if v.Reply != "" {
+		if v.Reply != "" && syn == nil {
 			// Quiet hours: the notice goes out without a model call and the
 			// message records the gate's code.
 			heartbeat()
@@ -294,6 +362,20 @@ func (p *Pipeline) stages(ctx context.Context, l inbound.Lease, heartbeat func()
 	}
 	rec := inbound.Outcome{Timings: inbound.Timings{GatesDone: p.clk.Now()}}
 	heartbeat()
+	if trigger == route.TriggerPluginCommand && syn == nil {
+		if act, handled := p.command(ctx, l, t.Owner, tr); handled {
+			return act
+		}
+	}
+	if syn != nil {
+		ok, why, err := p.claimCooldown(ctx, l, syn)
+		if err != nil {
+			return action{kind: actRetry, err: err}
+		}
+		if !ok {
+			return complete(syn.quiet, "not answered: "+why)
+		}
+	}
 	// Every model call from here on is made for this session: its Scope
 	// rides in the context to the boundary (and to the exit, which makes
 	// mentions of the ids the model names).
@@ -317,7 +399,7 @@ func (p *Pipeline) stages(ctx context.Context, l inbound.Lease, heartbeat func()
 		run        *runningTurn
 		companions []channel.Event
 	)
-	if t.Direct {
+	if t.Direct && syn == nil {
 		act, done, comp := p.arrive(ctx, l)
 		if done {
 			return act
@@ -349,6 +431,10 @@ func (p *Pipeline) stages(ctx context.Context, l inbound.Lease, heartbeat func()
 			in.Recent = append(in.Recent, all[i].Event)
 		}
 		dec, err := p.router.Route(ctx, in)
+		if err == nil {
+			tr.Router = &inbound.RouterTrail{Directed: dec.Directed, ChatIn: dec.ChatIn, ChatInPass: dec.ChatInPass,
+				Reply: dec.Reply, Code: dec.Code, Reason: dec.Reason}
+		}
 		for range dec.Calls {
 			p.countModelCall(ctx, &ev)
 		}
@@ -371,6 +457,10 @@ func (p *Pipeline) stages(ctx context.Context, l inbound.Lease, heartbeat func()
 			return action{kind: actComplete, outcome: rec}
 		}
 		rec.Reason, chatIn = dec.Reason, dec.ChatInPass
+	}
+
+	if p.sources != nil && syn == nil {
+		p.readLinks(ctx, l, tr)
 	}
 
 	// Generation and sending share the global reply slots.
@@ -452,6 +542,7 @@ func (p *Pipeline) stages(ctx context.Context, l inbound.Lease, heartbeat func()
 		prop.Said, prop.LastBotMessage = said, lastBot
 		prop.HasImages, prop.FromDescriptions = img.attached(), img != nil && img.fromDescriptions
 		v2, err = p.reviewer.Review(ctx, prop)
+		tr.review(gen, v2, err)
 		if err == nil && v2.Regenerate {
 			if img.attached() && !img.fromDescriptions {
 				// The model could not see the pictures: once more, from
@@ -465,6 +556,7 @@ func (p *Pipeline) stages(ctx context.Context, l inbound.Lease, heartbeat func()
 			// it came from descriptions, so the review does not ask again.
 			prop.FromDescriptions = true
 			v2, err = p.reviewer.Review(ctx, prop)
+			tr.review(gen, v2, err)
 		}
 		if err != nil {
 			if ctx.Err() != nil {
@@ -489,8 +581,11 @@ func (p *Pipeline) stages(ctx context.Context, l inbound.Lease, heartbeat func()
 		rec.Code, rec.Reason, rec.Stage = v2.Code, v2.Reason, inbound.StageGenerated
 		return action{kind: actComplete, outcome: rec}
 	}
+	if syn != nil {
+		v2.Code = syn.code
+	}
 	act = p.deliver(ctx, l, v2, rec, run)
-	if act.kind == actComplete && act.outcome.Code.Replied() {
+	if act.kind == actComplete && act.outcome.Code.Replied() && syn == nil {
 		p.afterReply(ctx, l)
 	}
 	if chatIn && act.kind == actComplete && act.outcome.Code.Replied() {
@@ -588,6 +683,12 @@ func speaker(ev *channel.Event) string {
 
 // deliver sends a reviewed reply and turns the result into an action.
 func (p *Pipeline) deliver(ctx context.Context, l inbound.Lease, v outbound.Verdict, rec inbound.Outcome, run *runningTurn) action {
+	return p.deliverGuarded(ctx, l, v, rec, run, true)
+}
+
+// deliverGuarded is deliver; guarded=false skips the check for a pause
+// that started meanwhile (the owner's own /pause is confirmed).
+func (p *Pipeline) deliverGuarded(ctx context.Context, l inbound.Lease, v outbound.Verdict, rec inbound.Outcome, run *runningTurn, guarded bool) action {
 	ev := l.Event
 	st := p.channelFor(ev.Platform, ev.BotID)
 	if st == nil {
@@ -599,7 +700,10 @@ func (p *Pipeline) deliver(ctx context.Context, l inbound.Lease, v outbound.Verd
 	r := outbound.Reply{TurnID: l.ID, SessionKey: l.SessionKey, Channel: p.exit.Bind(st.ch, l.ID, l.SessionKey, l.Claims == 1), Chat: ev.Chat,
 		Text: v.Text, Code: v.Code, Reason: v.Reason, FirstAttempt: l.Claims == 1,
 		CurrentMessageID: ev.MessageID, // the turn keeps the typing indicator on itself
-		Guard:            p.sendGuard(l, run)}
+	}
+	if guarded {
+		r.Guard = p.sendGuard(l, run)
+	}
 	if ev.Chat.Kind == channel.Group {
 		r.ReplyTo = ev.MessageID
 	}

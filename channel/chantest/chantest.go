@@ -108,6 +108,7 @@ type Channel struct {
 	sent     []Sent
 	typing   []Typing
 	recalls  []Recall
+	answers  []FriendAnswer
 	chats    []channel.Chat             // in first-seen order
 	history  map[channel.Chat][]histMsg // per chat, in arrival order
 	known    map[histKey]struct{}       // the messages in history
@@ -597,6 +598,39 @@ func (c *Channel) Recalls() []Recall {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return slices.Clone(c.recalls)
+}
+
+// FriendAnswer is one answer to a friend request (AnswerFriendRequest).
+type FriendAnswer struct {
+	Flag   string
+	Accept bool
+}
+
+// AnswerFriendRequest records the answer to the friend request n names
+// (channel.RequestResponder). An empty flag fails with a
+// *channel.RejectedError; an offline channel with channel.ErrOffline.
+func (c *Channel) AnswerFriendRequest(ctx context.Context, n channel.Notice, accept bool) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.online {
+		return channel.ErrOffline
+	}
+	if n.Flag == "" {
+		return &channel.RejectedError{Code: "bad_request", Reason: "friend request without a flag"}
+	}
+	c.answers = append(c.answers, FriendAnswer{Flag: n.Flag, Accept: accept})
+	c.notifyLocked()
+	return nil
+}
+
+// FriendAnswers returns the answers to friend requests, in order.
+func (c *Channel) FriendAnswers() []FriendAnswer {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.answers)
 }
 
 // SetMember sets (or replaces) what LookupMember returns for m.UserID in

@@ -73,4 +73,3 @@ func renderRequest(req agent.Request) string {
 	}
 	return b.String()
 }
-

@@ -23,11 +23,25 @@ import (
 	"github.com/personakit/persona"
 	"github.com/personakit/persona/channel"
 	"github.com/personakit/persona/clock"
+	"github.com/personakit/persona/agent/web"
+	"github.com/personakit/persona/eventcenter"
 	"github.com/personakit/persona/internal/botenv"
 )
 
 // EnvHTTPAddr is the variable read for Setup.Handler's listen address.
 const EnvHTTPAddr = "PERSONA_HTTP_ADDR"
+
+// EnvHTTPToken turns the event center on: the operator's bearer token (at
+// least eventcenter.MinTokenLen characters), served under EventCenterPath
+// on PERSONA_HTTP_ADDR.
+const EnvHTTPToken = "PERSONA_HTTP_TOKEN"
+
+// EnvWeb turns link reading on (persona.Options.Web): links in messages
+// are read and shown to the model, and the agent gets web_fetch.
+const EnvWeb = "PERSONA_WEB"
+
+// EventCenterPath is where the event center is served.
+const EventCenterPath = "/events/"
 
 // DefaultHTTPAddr is where Setup.Handler is served when EnvHTTPAddr is
 // unset.
@@ -156,6 +170,11 @@ func Run(ctx context.Context, getenv func(string) string, stdout, stderr io.Writ
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: common.Level}))
 	httpAddr := env.Get(EnvHTTPAddr)
+	token := env.Get(EnvHTTPToken)
+	if token != "" && len(token) < eventcenter.MinTokenLen {
+		env.Bad("%s must be at least %d characters (a long random string)", EnvHTTPToken, eventcenter.MinTokenLen)
+	}
+	readLinks := env.Bool(EnvWeb, false)
 	var (
 		setup *Setup
 		err   error
@@ -184,7 +203,7 @@ func Run(ctx context.Context, getenv func(string) string, stdout, stderr io.Writ
 	defer closeSetup()
 
 	var ln net.Listener
-	if setup.Handler != nil {
+	if setup.Handler != nil || token != "" {
 		if httpAddr == "" {
 			httpAddr = DefaultHTTPAddr
 		}
@@ -193,7 +212,11 @@ func Run(ctx context.Context, getenv func(string) string, stdout, stderr io.Writ
 		}
 		defer func() { _ = ln.Close() }()
 	} else if httpAddr != "" {
-		log.Warn("http_addr_unused", "hint", EnvHTTPAddr+" is only used by bots that receive callbacks over HTTP")
+		log.Warn("http_addr_unused", "hint", EnvHTTPAddr+" is only used by bots that receive callbacks over HTTP or serve the event center ("+EnvHTTPToken+")")
+	}
+	var reader *web.Reader
+	if readLinks {
+		reader = web.New(web.Config{})
 	}
 
 	pl, err := persona.New(persona.Options{
@@ -206,12 +229,27 @@ func Run(ctx context.Context, getenv func(string) string, stdout, stderr io.Writ
 		Memory:   common.Memory,
 		Agent:    common.Agent,
 		Media:    common.Media,
+		Web:      reader,
 		Logger:   log.With("component", "persona"),
 	})
 	if err != nil {
 		return err
 	}
 	defer func() { _ = pl.Close() }()
+	handler := setup.Handler
+	if token != "" {
+		center, err := pl.EventCenter(eventcenter.Config{Token: token, Logger: log.With("component", "eventcenter")})
+		if err != nil {
+			return err
+		}
+		defer center.Close()
+		mux := http.NewServeMux()
+		mux.Handle(EventCenterPath, http.StripPrefix(strings.TrimSuffix(EventCenterPath, "/"), center))
+		if setup.Handler != nil {
+			mux.Handle("/", setup.Handler)
+		}
+		handler = mux
+	}
 
 	fmt.Fprintln(stdout, p.Title)
 	line := func(label, text string) { fmt.Fprintf(stdout, "  %-9s %s\n", label+":", text) }
@@ -225,8 +263,13 @@ func Run(ctx context.Context, getenv func(string) string, stdout, stderr io.Writ
 	}
 	var srv *http.Server
 	if ln != nil {
-		line("http", "serving callbacks at "+HostURL("http", ln.Addr()))
-		srv = &http.Server{Handler: setup.Handler, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+		if setup.Handler != nil {
+			line("http", "serving callbacks at "+HostURL("http", ln.Addr()))
+		}
+		if token != "" {
+			line("events", "event center at "+strings.TrimSuffix(HostURL("http", ln.Addr()), "/")+EventCenterPath+" (token: "+EnvHTTPToken+")")
+		}
+		srv = &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 		go func() {
 			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				log.Error("http_serve_failed", "err", err)

@@ -152,3 +152,57 @@ func TestModelDescription(t *testing.T) {
 	cancel()
 	require.NoError(t, <-done)
 }
+
+func TestRunServesTheEventCenter(t *testing.T) {
+	t.Parallel()
+	const token = "event-center-token-0123456789"
+	env := map[string]string{"PERSONA_DATA": t.TempDir(), "PERSONA_TEST_GREETING": "hello", "PERSONA_TEST_HTTP": "on",
+		botrun.EnvHTTPAddr: "127.0.0.1:0", botrun.EnvHTTPToken: token, botrun.EnvWeb: "on"}
+	var setups, closed int
+	stdout, stderr := &logbuf.Buffer{}, &logbuf.Buffer{}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- botrun.Run(ctx, func(k string) string { return env[k] }, stdout, stderr, testPlatform(&setups, &closed))
+	}()
+	var url string
+	require.Eventually(t, func() bool {
+		m := regexp.MustCompile(`events: +event center at (http://127\.0\.0\.1:\d+/events/)`).FindStringSubmatch(stdout.String())
+		if m != nil {
+			url = m[1]
+		}
+		return m != nil
+	}, 10*time.Second, 5*time.Millisecond, "stdout: %s\nstderr: %s", stdout, stderr)
+	get := func(path, auth string) (int, string) {
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, path, nil)
+		require.NoError(t, err)
+		if auth != "" {
+			req.Header.Set("Authorization", "Bearer "+auth)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer func() { _ = resp.Body.Close() }()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body)
+	}
+	code, _ := get(url+"api/messages", "")
+	require.Equal(t, http.StatusUnauthorized, code)
+	code, body := get(url+"api/messages", token)
+	require.Equal(t, http.StatusOK, code, body)
+	code, body = get(url, "")
+	require.Equal(t, http.StatusOK, code)
+	require.Contains(t, body, "<html", "the page itself loads and asks for the token")
+	code, body = get(strings.TrimSuffix(url, "events/"), "")
+	require.Equal(t, http.StatusOK, code)
+	require.Equal(t, "hello", body, "the platform's callbacks are still served")
+	cancel()
+	require.NoError(t, <-done)
+}
+
+func TestRunRefusesAShortEventCenterToken(t *testing.T) {
+	t.Parallel()
+	env := map[string]string{"PERSONA_DATA": t.TempDir(), "PERSONA_TEST_GREETING": "hi", botrun.EnvHTTPToken: "short"}
+	var setups, closed int
+	err := botrun.Run(t.Context(), func(k string) string { return env[k] }, io.Discard, io.Discard, testPlatform(&setups, &closed))
+	require.ErrorContains(t, err, "PERSONA_HTTP_TOKEN must be at least 16 characters")
+}

@@ -21,9 +21,9 @@ import (
 	"time"
 
 	"github.com/personakit/persona"
+	"github.com/personakit/persona/agent/web"
 	"github.com/personakit/persona/channel"
 	"github.com/personakit/persona/clock"
-	"github.com/personakit/persona/agent/web"
 	"github.com/personakit/persona/eventcenter"
 	"github.com/personakit/persona/internal/botenv"
 )

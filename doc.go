@@ -39,6 +39,19 @@
 // The package media does the work; the pipeline stores what it learnt with
 // each message.
 //
+// # Operating the bot
+//
+// Every record carries the message's decision trail (inbound.Trail: the
+// trigger, the gates passed and the one that stopped it, the router's
+// rating, each review verdict). [Pipeline.EventCenter] serves it to a
+// person: a page, a JSON API and a live feed behind a bearer token (package
+// eventcenter). Chat commands ([Command], Options.Commands and the
+// built-in owner commands /status, /send, /pause, /resume, /why, /welcome,
+// and anyone's /forget me) are answered in code without the chat model.
+// Notices the bot acts on ([NoticeOptions]: poke replies, welcomes, friend
+// requests) and scheduled messages (package schedule) go through the
+// queue as turns of their own, through the gates and the review.
+//
 // # Durability
 //
 // HandleEvent returns only after the message is in the SQLite queue (or,

@@ -3,14 +3,22 @@ package persona_test
 import (
 	"context"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strconv"
+	"time"
 
 	"github.com/personakit/persona"
+	"github.com/personakit/persona/agent"
 	"github.com/personakit/persona/agent/agenttest"
 	"github.com/personakit/persona/agent/openai"
 	"github.com/personakit/persona/channel"
 	"github.com/personakit/persona/channel/chantest"
+	"github.com/personakit/persona/clock"
+	"github.com/personakit/persona/eventcenter"
+	"github.com/personakit/persona/schedule"
 )
 
 // ExampleNew embeds a bot: one channel (here the in-memory test channel; a
@@ -84,4 +92,129 @@ func ExampleMediaOptions() {
 	_, err = os.Stat(filepath.Join(dir, "media"))
 	fmt.Println("media cache ready:", err == nil)
 	// Output: media cache ready: true
+}
+
+// ExampleCommand registers a chat command answered in code, without the
+// chat model. Anyone may use it; OwnerOnly would keep it for the owners.
+func ExampleCommand() {
+	dir, _ := os.MkdirTemp("", "persona-example")
+	defer os.RemoveAll(dir)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	bot := chantest.New(chantest.Config{BotID: "bot"})
+
+	roll := persona.Command{
+		Name:  "roll",
+		Usage: "/roll SIDES – roll a die",
+		Run: func(_ context.Context, c *persona.CommandCall) (string, error) {
+			sides, err := strconv.Atoi(c.Args)
+			if err != nil || sides < 2 {
+				return "Usage: /roll SIDES", nil
+			}
+			return fmt.Sprintf("%s rolled a %d-sided die: %d", c.Event.Sender.Name, sides, sides), nil // a loaded die
+		},
+	}
+	p, err := persona.New(persona.Options{
+		Channels: []channel.Channel{bot},
+		DataDir:  dir,
+		Persona:  "You are Mira.",
+		Model:    agenttest.New(), // never called: commands skip the model
+		Commands: []persona.Command{roll},
+	})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer p.Close()
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+
+	ev, _ := bot.Say(ctx, channel.Chat{Kind: channel.Group, ID: "g1"}, channel.Sender{ID: "u1", Name: "Ann"}, "/roll 6")
+	sent, _ := bot.WaitSent(ctx, 1)
+	fmt.Println("bot:", sent[0].Out.Text)
+	cancel()
+	<-done
+	rec, _ := p.Lookup(context.Background(), ev.Key())
+	fmt.Println("outcome:", rec.Outcome.Code)
+	// Output:
+	// bot: Ann rolled a 6-sided die: 6
+	// outcome: replied_command
+}
+
+// ExamplePipeline_EventCenter serves the event center beside your own
+// routes. Everything under it needs the bearer token (the page asks for
+// it and keeps a session cookie).
+func ExamplePipeline_EventCenter() {
+	dir, _ := os.MkdirTemp("", "persona-example")
+	defer os.RemoveAll(dir)
+	p, err := persona.New(persona.Options{DataDir: dir, Persona: "You are Mira.", Model: agenttest.New()})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer p.Close()
+
+	center, err := p.EventCenter(eventcenter.Config{Token: "a-long-random-operator-token"})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer center.Close()
+	mux := http.NewServeMux()
+	mux.Handle("/events/", http.StripPrefix("/events", center))
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	srv.RegisterOnShutdown(center.Close) // ends the live feeds on shutdown
+
+	req := httptest.NewRequest(http.MethodGet, "/events/api/messages", nil)
+	w := httptest.NewRecorder()
+	mux.ServeHTTP(w, req)
+	fmt.Println("without the token:", w.Code)
+	req.Header.Set("Authorization", "Bearer a-long-random-operator-token")
+	w = httptest.NewRecorder()
+	mux.ServeHTTP(w, req)
+	fmt.Println("with it:", w.Code)
+	// Output:
+	// without the token: 401
+	// with it: 200
+}
+
+// ExamplePipeline_AddSchedule posts a message every morning at 8 in
+// Berlin. The clock here is a fake one, moved by hand to the due time.
+func ExamplePipeline_AddSchedule() {
+	dir, _ := os.MkdirTemp("", "persona-example")
+	defer os.RemoveAll(dir)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	clk := clock.NewFake(time.Date(2026, 12, 4, 6, 0, 0, 0, time.UTC)) // 07:00 in Berlin
+	bot := chantest.New(chantest.Config{BotID: "bot", Clock: clk})
+	model := agenttest.New()
+	model.OnPurpose(agent.PurposeChat, agenttest.Reply("Good morning, everyone!"))
+	p, err := persona.New(persona.Options{Channels: []channel.Channel{bot}, DataDir: dir, Persona: "You are Mira.",
+		Model: model, Clock: clk, NoPacing: true})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer p.Close()
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+
+	s, err := p.AddSchedule(ctx, schedule.Schedule{
+		ID: "morning", Spec: "0 8 * * *", Zone: "Europe/Berlin", Enabled: true,
+		Prompt: "wish the group a good morning",
+		Target: schedule.Target{Platform: "chantest", BotID: "bot", Chat: channel.Chat{Kind: channel.Group, ID: "g1"}},
+	})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println("next due:", s.NextDue.UTC().Format(time.DateTime))
+	clk.Advance(time.Hour)
+	sent, _ := bot.WaitSent(ctx, 1)
+	fmt.Println("bot:", sent[0].Out.Text)
+	cancel()
+	<-done
+	// Output:
+	// next due: 2026-12-04 07:00:00
+	// bot: Good morning, everyone!
 }

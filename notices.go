@@ -186,6 +186,10 @@ func (p *Pipeline) noticeTurn(ctx context.Context, l inbound.Lease, tr *turnTrai
 			cooldown: cmpDur(p.opt.Notices.WelcomeCooldown, DefaultWelcomeCooldown)}
 	case channel.NoticeFriendRequest:
 		return p.friendRequest(ctx, l), nil
+	case noticeSchedule:
+		if ev.Source == channel.SourceSchedule {
+			return action{}, scheduledTurn(n, tr)
+		}
 	}
 	return complete(code, "platform notice recorded"), nil
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/personakit/persona/memory"
 	"github.com/personakit/persona/outbound"
 	"github.com/personakit/persona/route"
+	"github.com/personakit/persona/schedule"
 	"github.com/personakit/persona/store"
 )
 
@@ -169,6 +170,9 @@ type Options struct {
 	// Notices says how the bot answers pokes, new members and friend
 	// requests (see NoticeOptions).
 	Notices NoticeOptions
+	// Schedules holds the scheduled messages (default: the store; see
+	// Pipeline.AddSchedule).
+	Schedules schedule.Store
 	// Web reads links: with it, a message holding a link the reader can
 	// resolve is direct (the link trigger), the page is read before the
 	// reply and shown in the prompt's recent-sources block, and the

@@ -26,6 +26,7 @@ import (
 	"github.com/personakit/persona/memory"
 	"github.com/personakit/persona/outbound"
 	"github.com/personakit/persona/route"
+	"github.com/personakit/persona/schedule"
 	"github.com/personakit/persona/store"
 )
 
@@ -79,6 +80,10 @@ type Pipeline struct {
 	// sources are the pages each session read recently (nil without
 	// Options.Web).
 	sources *web.Sources
+	// schedules holds the scheduled messages (nil: none); schedRunner
+	// fires them while Run runs.
+	schedules   schedule.Store
+	schedRunner *schedule.Runner
 	// listeners are told of every terminal record (the event centers).
 	listenMu  sync.Mutex
 	listeners []func(id string, o inbound.Outcome)
@@ -196,6 +201,14 @@ func New(opt Options) (*Pipeline, error) {
 		}
 	} else if rr, ok := opt.Queue.(inbound.RecordReader); ok {
 		p.records = rr
+	}
+	p.schedules = opt.Schedules
+	if p.schedules == nil && db != nil {
+		p.schedules = db
+	}
+	if p.schedRunner, err = p.newScheduleRunner(); err != nil {
+		_ = p.Close()
+		return nil, fmt.Errorf("persona: %w", err)
 	}
 	if opt.Web != nil {
 		p.identity.ResolveLink = opt.Web.Resolvable
@@ -574,6 +587,14 @@ func (p *Pipeline) Run(ctx context.Context) error {
 		})
 	}
 	g.Go(func() error { return p.replayer.Run(gctx) })
+	if r := p.schedRunner; r != nil {
+		g.Go(func() error {
+			if err := r.Run(gctx); gctx.Err() == nil {
+				return err
+			}
+			return nil
+		})
+	}
 	g.Go(func() error { return p.runMemory(gctx) })
 	if p.media != nil {
 		g.Go(func() error { return p.media.Cache().Run(gctx) })

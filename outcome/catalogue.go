@@ -36,6 +36,8 @@ var catalogue = []struct{ code, owner, meaning string }{
 	{"replied_notice", "persona", "a poke was answered or a new member welcomed (in persona, within the cooldowns)"},
 	{"replied_command", "persona", "a chat command was answered in code, without the chat model"},
 	{"handled_command", "persona", "a chat command ran and had nothing to say"},
+	{"replied_scheduled", "persona", "a scheduled message was posted"},
+	{"ignored_schedule_missed", "persona", "a schedule's due time passed while the bot was down, too long ago to post late (more than an hour)"},
 	{"dropped_retries_exhausted", "inbound", "the item failed its last allowed attempt (5 by default)"},
 	{"ignored_stale", "inbound", "older than the replay cutoff"},
 	{"backfill_history_only", "inbound", "a backfilled message kept as history only"},

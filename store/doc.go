@@ -16,10 +16,13 @@
 //   - memory.History: the permanent transcript (message_events);
 //   - outbound.Ledger: turn drafts and the delivery ledger (delivery_ledger:
 //     a turn's chunk slots, and its draft as slot -1);
-//   - gate.Flags: session flags with deadlines (session_flags).
+//   - gate.Flags: session flags with deadlines (session_flags);
+//   - inbound.RecordReader: the records listed with filters and cursors,
+//     the completion feed and summaries (for the event center);
+//   - schedule.Store: the scheduled messages (schedules).
 //
 // Besides the ports, [DB.Records], [DB.NewestEventTime] and
-// [DB.CountOutcomes] serve the event center and the coordinator.
+// [DB.CountOutcomes] serve tests and the coordinator.
 //
 // Every timestamp is stored as unix milliseconds in an INTEGER column; times
 // read back are in UTC. "Now" comes from Options.Clock, so tests drive

@@ -134,7 +134,8 @@ type Options struct {
 }
 
 // DB is a persona store on one SQLite file. It implements inbound.Queue,
-// inbound.Checkpoints, memory.History, outbound.Ledger and gate.Flags.
+// inbound.Checkpoints, inbound.RecordReader, memory.History,
+// outbound.Ledger, gate.Flags and schedule.Store.
 // A DB is safe for concurrent use; create it with Open and release it with
 // Close.
 type DB struct {

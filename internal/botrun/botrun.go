@@ -19,6 +19,9 @@ import (
 	"net/http"
 	"strings"
 	"time"
+	// The zone database inside the binary: schedules name IANA zones,
+	// and a container may have none.
+	_ "time/tzdata"
 
 	"github.com/personakit/persona"
 	"github.com/personakit/persona/agent/web"

@@ -89,7 +89,7 @@ func (p *Pipeline) buildGeneration(db *store.DB) error {
 		}
 		if p.opt.Web != nil {
 			if _, ok := reg.Lookup(web.ToolName); !ok {
-				if err := reg.Register(p.opt.Web.Tool()); err != nil {
+				if err := reg.Register(p.opt.Web.Tool(), agent.Core()); err != nil {
 					return fmt.Errorf("persona: register web_fetch: %w", err)
 				}
 			}
@@ -319,6 +319,16 @@ func (p *Pipeline) generate(ctx context.Context, l inbound.Lease, t *gate.Turn, 
 			"history_tokens", g.overflow.Budget().History, "err", err)
 	}
 	said := tr.said
+	if p.sources != nil {
+		// Pages the tools read join the chat's recent sources, so the
+		// next turns see them (and the link trigger does not read them
+		// again).
+		for _, e := range tr.evidence {
+			if e.URL != "" && (e.Tool == web.ToolName || e.Tool == "browser_render") {
+				p.sources.Add(l.SessionKey, web.Source{URL: e.URL, Title: e.Title, Excerpt: e.Excerpt, At: p.clk.Now()})
+			}
+		}
+	}
 	rec.Timings.GenerationEnd = p.clk.Now()
 	if err == nil && res == nil {
 		err = &agent.Error{Kind: agent.KindInvalidRequest, Message: "the runner returned neither a result nor an error"}

@@ -16,8 +16,10 @@ type turnRun struct {
 	message  string
 	say      func(context.Context, string) error
 	deadline time.Time
-	// said collects the lines the loop said.
-	said []string
+	// said collects the lines the loop said; evidence the sources its
+	// tools read (web_fetch, browser_render).
+	said     []string
+	evidence []agent.Evidence
 }
 
 type turnRunKey struct{}
@@ -38,6 +40,7 @@ func (r loopRunner) Run(ctx context.Context, in agent.RunInput) (*agent.Result, 
 	}
 	if tr != nil {
 		tr.said = append(tr.said, lr.Said...)
+		tr.evidence = append(tr.evidence, lr.Evidence...)
 	}
 	return &lr.Result, err
 }

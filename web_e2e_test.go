@@ -73,3 +73,26 @@ func renderRequest(req agent.Request) string {
 	}
 	return b.String()
 }
+
+// TestWebFetchFeedsRecentSources: a page the agent read with web_fetch is
+// in the chat's recent sources on the next turn.
+func TestWebFetchFeedsRecentSources(t *testing.T) {
+	t.Parallel()
+	site := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		fmt.Fprint(w, `<html><head><title>Changelog</title></head><body><article><p>Faster queue, fewer writes.</p></article></body></html>`)
+	}))
+	t.Cleanup(site.Close)
+	reader := web.New(web.Config{Guard: netguard.New(netguard.Config{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}})})
+	model := agenttest.New()
+	model.OnPurpose(agent.PurposeChat,
+		agenttest.ToolCall(web.ToolName, fmt.Sprintf(`{"url":%q}`, site.URL+"/changelog")),
+		agenttest.ToolCall(agent.ToolFinalize, `{"text":"it got faster"}`),
+		agenttest.ToolCall(agent.ToolFinalize, `{"text":"as I said"}`))
+	h := newHarness(t, model, func(o *persona.Options) { o.Web, o.Agent = reader, true })
+	require.Equal(t, outcome.Replied, h.outcome(h.say(dmAlice, alice, "what changed in the release?")).Code)
+	line := "Changelog (" + site.URL + "/changelog): Faster queue, fewer writes"
+	require.NotContains(t, renderRequest(lastChat(model)), line, "not a recent source yet when the turn started")
+	require.Equal(t, outcome.Replied, h.outcome(h.say(dmAlice, alice, "and?")).Code)
+	require.Contains(t, renderRequest(lastChat(model)), line, "the recent-sources block")
+}

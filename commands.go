@@ -111,37 +111,12 @@ func publicCommands(cmds []Command) []string {
 	return out
 }
 
-// commandArgs returns the text after the command's name (and an
-// "@botname" suffix) in the message's first text.
-func commandArgs(ev *channel.Event, prefix string) string {
-	if prefix == "" {
-		prefix = route.DefaultCommandPrefix
-	}
-	for _, s := range ev.Segments {
-		if s.Type != channel.SegText {
-			continue
-		}
-		text := strings.TrimLeftFunc(s.Text, unicode.IsSpace)
-		if text == "" {
-			continue
-		}
-		rest, _ := strings.CutPrefix(text, prefix)
-		n := strings.IndexFunc(rest, unicode.IsSpace)
-		if n < 0 {
-			return ""
-		}
-		return strings.TrimSpace(rest[n:])
-	}
-	return ""
-}
-
 // command answers a message the owner-command or plugin-command trigger
 // matched; handled is false when the message should go on as an ordinary
 // one (a command it does not know from someone who is not an owner).
 func (p *Pipeline) command(ctx context.Context, l inbound.Lease, owner bool, tr *turnTrail) (act action, handled bool) {
 	ev := &l.Event
-	name := route.CommandName(ev, p.identity.CommandPrefix)
-	args := commandArgs(ev, p.identity.CommandPrefix)
+	name, args := route.Command(ev, p.identity.CommandPrefix)
 	var (
 		text string
 		err  error

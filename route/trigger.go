@@ -419,6 +419,14 @@ func cmpOr(s, def string) string {
 // (a leading mention or quote is skipped): "/Status now" → "status",
 // "/status@mybot" → "status".
 func CommandName(ev *channel.Event, prefix string) string {
+	name, _ := Command(ev, prefix)
+	return name
+}
+
+// Command returns the command a message starts with (as CommandName does)
+// and its arguments: the rest of that text, trimmed ("/roll 2d6" → "roll",
+// "2d6"). name is "" when the message starts with no command.
+func Command(ev *channel.Event, prefix string) (name, args string) {
 	prefix = cmpOr(prefix, DefaultCommandPrefix)
 	for _, s := range ev.Segments {
 		if s.Type != channel.SegText {
@@ -430,21 +438,27 @@ func CommandName(ev *channel.Event, prefix string) string {
 		}
 		rest, ok := strings.CutPrefix(text, prefix)
 		if !ok {
-			return ""
+			return "", ""
 		}
 		n := strings.IndexFunc(rest, func(r rune) bool { return !isLetterOrDigit(r) && r != '_' && r != '-' })
 		if n < 0 {
 			n = len(rest)
 		}
 		if n == 0 {
-			return ""
+			return "", ""
 		}
 		if next, _ := utf8.DecodeRuneInString(rest[n:]); n < len(rest) && !unicode.IsSpace(next) && next != '@' {
-			return ""
+			return "", ""
 		}
-		return strings.ToLower(rest[:n])
+		args := rest[n:]
+		if i := strings.IndexFunc(args, unicode.IsSpace); i >= 0 {
+			args = args[i:] // past an "@botname" suffix
+		} else {
+			args = ""
+		}
+		return strings.ToLower(rest[:n]), strings.TrimSpace(args)
 	}
-	return ""
+	return "", ""
 }
 
 func link(ev *channel.Event, id Identity) (string, bool) {

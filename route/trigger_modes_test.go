@@ -200,6 +200,23 @@ func TestCommandName(t *testing.T) {
 	require.Equal(t, "x", route.CommandName(groupMsg(channel.Text("  "), channel.Text("/x")), ""))
 }
 
+func TestCommandArgs(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct{ text, name, args string }{
+		{"/roll 2d6", "roll", "2d6"},
+		{"/roll@mybot  2d6 fast ", "roll", "2d6 fast"},
+		{"/pause\t30", "pause", "30"},
+		{"/status", "status", ""},
+		{"/status@mybot", "status", ""},
+		{"/a/b c", "", ""},
+		{"hello /x y", "", ""},
+	} {
+		name, args := route.Command(txt(tt.text), "")
+		require.Equal(t, tt.name, name, "%q", tt.text)
+		require.Equal(t, tt.args, args, "%q", tt.text)
+	}
+}
+
 func TestLinkTrigger(t *testing.T) {
 	t.Parallel()
 	var seen []string

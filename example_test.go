@@ -8,12 +8,15 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/personakit/persona"
 	"github.com/personakit/persona/agent"
 	"github.com/personakit/persona/agent/agenttest"
+	"github.com/personakit/persona/agent/browser"
 	"github.com/personakit/persona/agent/openai"
+	"github.com/personakit/persona/agent/web"
 	"github.com/personakit/persona/channel"
 	"github.com/personakit/persona/channel/chantest"
 	"github.com/personakit/persona/clock"
@@ -217,4 +220,34 @@ func ExamplePipeline_AddSchedule() {
 	// Output:
 	// next due: 2026-12-04 07:00:00
 	// bot: Good morning, everyone!
+}
+
+// Example_tools gives the agent a browser: browser_render for everyone and
+// the interactive tools for the owners (the tool servers of agent/mcptool
+// register the same way). Options.Web adds web_fetch to the same registry.
+func Example_tools() {
+	dir, _ := os.MkdirTemp("", "persona-example")
+	defer os.RemoveAll(dir)
+
+	reg := agent.NewRegistry()
+	b, err := browser.New(browser.Config{Bin: "/usr/bin/chromium", Dir: filepath.Join(dir, "browser")})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer b.Close()
+	if err := b.Register(reg); err != nil {
+		fmt.Println(err)
+		return
+	}
+	p, err := persona.New(persona.Options{DataDir: dir, Persona: "You are Mira.", Model: agenttest.New(),
+		Agent: true, Tools: reg, Web: web.New(web.Config{})})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer p.Close()
+	fmt.Println(strings.Join(reg.Names(), " "))
+	// Output:
+	// browser_render browser_open browser_click browser_type browser_scroll browser_screenshot browser_read browser_close web_fetch
 }

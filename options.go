@@ -176,7 +176,8 @@ type Options struct {
 	// Web reads links: with it, a message holding a link the reader can
 	// resolve is direct (the link trigger), the page is read before the
 	// reply and shown in the prompt's recent-sources block, and the
-	// agent gets the web_fetch tool (when Agent is on). See agent/web.
+	// agent gets the web_fetch tool (when Agent is on: New adds it to
+	// Tools unless Tools holds one already). See agent/web.
 	Web *web.Reader
 
 	// Clock is the time source (default the wall clock).

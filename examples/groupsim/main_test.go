@@ -20,6 +20,7 @@ import (
 // Outcome codes used by the expectations.
 const (
 	replied     = "replied"
+	command     = "replied_command"
 	proactive   = "replied_proactive"
 	off         = "ignored_proactive_off"
 	history     = HistoryOutcome
@@ -82,7 +83,7 @@ var sampleWant = map[string]want{
 	"m31": {off, ""},
 	"m32": {off, ""}, // "/status" from a non-owner is no command
 	"p04": {replied, "private"},
-	"m33": {replied, "owner_command"},
+	"m33": {command, "owner_command"}, // answered in code, without the model
 	"m34": {history, ""},
 	"m35": {replied, "quote"},
 	"m36": {off, ""},
@@ -181,13 +182,16 @@ func TestSampleOffline(t *testing.T) {
 			require.True(t, strings.HasPrefix(l.Reply[0], OfflinePrefix), "%s: %q", l.ID, l.Reply[0])
 		case l.ID == "g16":
 			require.Equal(t, []string{quietNotice}, l.Reply)
+		case l.Outcome == command:
+			require.Len(t, l.Reply, 1, l.ID)
+			require.True(t, strings.HasPrefix(l.Reply[0], "Up "), "%s: %q", l.ID, l.Reply[0])
 		default:
 			require.Empty(t, l.Reply, l.ID)
 		}
 		counts[l.Outcome]++
 	}
 	require.Equal(t, counts, summary)
-	require.Equal(t, map[string]int{replied: 21, off: 26, history: 5, video: 1, level: 3, blocked: 2, quiet: 4}, summary)
+	require.Equal(t, map[string]int{replied: 20, command: 1, off: 26, history: 5, video: 1, level: 3, blocked: 2, quiet: 4}, summary)
 }
 
 // TestSampleWithoutConfig runs the README's command line: without -config

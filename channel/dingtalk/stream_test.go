@@ -279,6 +279,9 @@ func TestReconnectBackoff(t *testing.T) {
 		return logDelay(t, recs[i-1])
 	}
 
+	// The client may see its handshake done just before the fake records
+	// the connection: wait for the record, or Drop drops nothing.
+	require.NoError(t, r.srv.WaitAccepted(ctx, 1))
 	n := len(r.sink.States())
 	r.srv.Drop()
 	n = r.sink.waitState(t, "the drop", n, isDown)
@@ -310,6 +313,7 @@ func TestReconnectBackoff(t *testing.T) {
 	n = len(r.sink.States())
 	clk.Advance(72 * time.Second)
 	n = r.sink.waitState(t, "back up", n, isUp)
+	require.NoError(t, r.srv.WaitAccepted(ctx, 3))
 	r.srv.Drop()
 	r.sink.waitState(t, "another drop", n, isDown)
 	within(t, time.Second, delay(2+len(bases)), "the delay after a successful connection starts over")

@@ -89,7 +89,7 @@ func (p *Pipeline) newScheduleRunner() (*schedule.Runner, error) {
 		return nil, nil
 	}
 	return schedule.NewRunner(schedule.Config{Store: p.schedules, Clock: p.clk, Logger: p.log.With("component", "schedule"),
-		Fire: p.fireSchedule, Skip: p.skipSchedule})
+		Fire: p.fireSchedule, Skip: p.skipSchedule, Workers: 4})
 }
 
 // scheduleItem is the queue item of one firing: its id is the firing's,

@@ -57,9 +57,13 @@ type CommandCall struct {
 	Owner bool
 }
 
-// The built-in commands. The owner's: status, send, pause, resume, why,
-// welcome and help; anyone's: forget ("/forget me").
-var BuiltinCommands = []string{"status", "send", "pause", "resume", "why", "welcome", "help", "forget"}
+// builtinCommands are the built-in commands' names.
+var builtinCommands = []string{"status", "send", "pause", "resume", "why", "welcome", "help", "forget"}
+
+// BuiltinCommands returns the names of the built-in commands, which
+// Options.Commands may not reuse. The owner's: status, send, pause,
+// resume, why, welcome and help; anyone's: forget ("/forget me").
+func BuiltinCommands() []string { return slices.Clone(builtinCommands) }
 
 // The outcome codes of commands.
 const (
@@ -87,7 +91,7 @@ func validateCommands(cmds []Command) error {
 			return !unicode.IsLetter(r) && !unicode.IsDigit(r) && r != '_' && r != '-'
 		}) >= 0:
 			return fmt.Errorf("persona: command name %q may hold only letters, digits, '_' and '-'", c.Name)
-		case slices.Contains(BuiltinCommands, name):
+		case slices.Contains(builtinCommands, name):
 			return fmt.Errorf("persona: command name %q is a built-in command", c.Name)
 		case seen[name]:
 			return fmt.Errorf("persona: command %q is registered twice", c.Name)

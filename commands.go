@@ -58,11 +58,12 @@ type CommandCall struct {
 }
 
 // builtinCommands are the built-in commands' names.
-var builtinCommands = []string{"status", "send", "pause", "resume", "why", "welcome", "help", "forget"}
+var builtinCommands = []string{"status", "send", "pause", "resume", "why", "welcome", "schedule", "help", "forget"}
 
 // BuiltinCommands returns the names of the built-in commands, which
 // Options.Commands may not reuse. The owner's: status, send, pause,
-// resume, why, welcome and help; anyone's: forget ("/forget me").
+// resume, why, welcome, schedule and help; anyone's: forget ("/forget
+// me").
 func BuiltinCommands() []string { return slices.Clone(builtinCommands) }
 
 // The outcome codes of commands.
@@ -207,6 +208,8 @@ func (p *Pipeline) ownerCommand(ctx context.Context, l inbound.Lease, name, args
 		return "Resumed.", nil
 	case "why":
 		return p.whyCommand(ctx, l)
+	case "schedule":
+		return p.scheduleCommand(ctx, l, args)
 	case "welcome":
 		if !group {
 			return "/welcome switches welcome messages of a group; use it in the group.", nil
@@ -238,6 +241,7 @@ func (p *Pipeline) helpText(owner bool) string {
 		line("pause MINUTES – stop replying here for a while; resume – end the pause")
 		line("why – why the last message here got the outcome it got")
 		line("welcome on|off – welcome new members of this group")
+		line("schedule [list | add ID SPEC [ZONE] | PROMPT | remove ID] – scheduled messages in this chat")
 	}
 	line("forget me – delete what I remember about you")
 	for _, c := range p.opt.Commands {

@@ -212,3 +212,35 @@ func TestScheduleDueWhileDown(t *testing.T) {
 	require.True(t, ok)
 	require.Equal(t, time.Date(2026, 11, 30, 15, 30, 0, 0, time.UTC), got.NextDue.UTC())
 }
+
+func TestOwnerManagesSchedulesInChat(t *testing.T) {
+	t.Parallel()
+	model := agenttest.New()
+	model.OnPurpose(agent.PurposeChat, agenttest.Reply("stand-up time!"))
+	h := newHarness(t, model, func(o *persona.Options) { o.Owners = []string{"alice"} })
+	require.Contains(t, h.replyTo(group1, alice, "/schedule"), "No schedules in this chat")
+	require.Contains(t, h.replyTo(group1, alice, "/schedule add standup"), "Usage: /schedule")
+	require.Contains(t, h.replyTo(group1, alice, "/schedule add standup every now | hi"), "Not added")
+	added := h.replyTo(group1, alice, "/schedule add standup 30 10 * * mon-fri Europe/Berlin | call everyone to the stand-up")
+	require.Contains(t, added, `"standup" added`)
+	require.Contains(t, added, "next at 2026-12-01 09:30 UTC", "10:30 in Berlin on Tuesday (Monday's has passed)")
+	list := h.replyTo(group1, alice, "/schedule list")
+	require.Contains(t, list, "standup: 30 10 * * 1-5 (Europe/Berlin)")
+	require.Contains(t, list, "call everyone to the stand-up")
+
+	// Another chat cannot take the id, nor remove it.
+	other := channel.Chat{Kind: channel.Group, ID: "200"}
+	require.Contains(t, h.replyTo(other, alice, "/schedule add standup every 1h | x"), "taken")
+	require.Contains(t, h.replyTo(other, alice, "/schedule remove standup"), "No schedule")
+
+	h.clk.Advance(23*time.Hour + 30*time.Minute)
+	s, err := h.p.Schedules(t.Context(), "")
+	require.NoError(t, err)
+	require.Len(t, s, 1)
+	o := h.waitID(schedule.Firing{Schedule: s[0], Due: time.Date(2026, 12, 1, 9, 30, 0, 0, time.UTC)}.ID())
+	require.Equal(t, persona.RepliedScheduled, o.Code, o.Reason)
+	require.Equal(t, "stand-up time!", h.lastSent())
+
+	require.Contains(t, h.replyTo(group1, alice, "/schedule remove standup"), "removed")
+	require.Contains(t, h.replyTo(group1, alice, "/schedule"), "No schedules in this chat")
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/personakit/persona/channel"
@@ -137,4 +138,95 @@ func scheduledTurn(n *channel.Notice, tr *turnTrail) *synthetic {
 	return &synthetic{trigger: "schedule", code: RepliedScheduled, sender: channel.Sender{Name: "schedule"},
 		text: "[A scheduled message: nobody wrote this; you post it to the chat on your own, in character. What to post: " +
 			n.Comment + "]"}
+}
+
+// scheduleUsage is the owner's /schedule help.
+const scheduleUsage = "Usage: /schedule list · /schedule add ID SPEC [ZONE] | PROMPT (SPEC: every 90m, a cron line such as 0 8 * * mon-fri, or @daily) · /schedule remove ID"
+
+// scheduleCommand lists, adds and removes the schedules of the owner's
+// chat.
+func (p *Pipeline) scheduleCommand(ctx context.Context, l inbound.Lease, args string) (string, error) {
+	if p.schedules == nil {
+		return "Schedules need the store (DataDir or DB).", nil
+	}
+	verb, rest, _ := strings.Cut(strings.TrimSpace(args), " ")
+	rest = strings.TrimSpace(rest)
+	switch strings.ToLower(verb) {
+	case "", "list":
+		list, err := p.schedules.ListSchedules(ctx, l.SessionKey)
+		if err != nil {
+			return "", err
+		}
+		if len(list) == 0 {
+			return "No schedules in this chat.", nil
+		}
+		var b strings.Builder
+		b.WriteString("Schedules here:")
+		for _, s := range list {
+			zone := s.Zone
+			if zone == "" {
+				zone = "UTC"
+			}
+			state := "next " + s.NextDue.In(p.zone()).Format("2006-01-02 15:04 MST")
+			if !s.Enabled {
+				state = "off"
+			}
+			fmt.Fprintf(&b, "\n%s: %s (%s), %s: %s", s.ID, s.Spec, zone, state, excerpt(s.Prompt, 60))
+		}
+		return b.String(), nil
+	case "add":
+		return p.addScheduleCommand(ctx, l, rest)
+	case "remove", "rm", "delete":
+		old, ok, err := p.schedules.GetSchedule(ctx, rest)
+		if err != nil {
+			return "", err
+		}
+		if !ok || old.SessionKey != l.SessionKey {
+			return fmt.Sprintf("No schedule %q in this chat.", rest), nil
+		}
+		if err := p.RemoveSchedule(ctx, rest); err != nil {
+			return "", err
+		}
+		return fmt.Sprintf("Schedule %q removed.", rest), nil
+	}
+	return scheduleUsage, nil
+}
+
+// addScheduleCommand parses "ID SPEC [ZONE] | PROMPT" and stores the
+// schedule for the owner's chat.
+func (p *Pipeline) addScheduleCommand(ctx context.Context, l inbound.Lease, rest string) (string, error) {
+	head, prompt, ok := strings.Cut(rest, "|")
+	fields := strings.Fields(head)
+	prompt = strings.TrimSpace(prompt)
+	if !ok || len(fields) < 2 || prompt == "" {
+		return scheduleUsage, nil
+	}
+	id, specFields := fields[0], fields[1:]
+	zone := ""
+	if last := specFields[len(specFields)-1]; len(specFields) > 1 && (strings.Contains(last, "/") || last == "UTC") {
+		if _, err := schedule.LoadZone(last); err == nil {
+			zone, specFields = last, specFields[:len(specFields)-1]
+		}
+	}
+	if zone == "" {
+		if name := p.zone().String(); name != "Local" {
+			zone = name
+		}
+	}
+	if old, ok, err := p.schedules.GetSchedule(ctx, id); err != nil {
+		return "", err
+	} else if ok && old.SessionKey != l.SessionKey {
+		return fmt.Sprintf("The id %q is taken by a schedule of another chat; pick another.", id), nil
+	}
+	ev := l.Event
+	s, err := p.AddSchedule(ctx, schedule.Schedule{ID: id, Spec: strings.Join(specFields, " "), Zone: zone, Prompt: prompt,
+		Enabled: true, SessionKey: l.SessionKey,
+		Target: schedule.Target{Profile: ev.Profile, Platform: ev.Platform, BotID: ev.BotID, Chat: ev.Chat}})
+	if errors.Is(err, schedule.ErrInvalid) || errors.Is(err, schedule.ErrSpec) {
+		return "Not added: " + err.Error(), nil
+	}
+	if err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("Schedule %q added: %s; next at %s.", s.ID, s.Spec, s.NextDue.In(p.zone()).Format("2006-01-02 15:04 MST")), nil
 }

@@ -16,7 +16,6 @@ import (
 	"github.com/personakit/persona/agent/agenttest"
 	"github.com/personakit/persona/agent/web"
 	"github.com/personakit/persona/inbound"
-	"github.com/personakit/persona/internal/netguard"
 	"github.com/personakit/persona/outcome"
 )
 
@@ -33,7 +32,7 @@ func TestLinkTriggerReadsThePage(t *testing.T) {
 <article><p>Version 2 adds pictures and voice to every chat.</p></article></body></html>`)
 	}))
 	t.Cleanup(site.Close)
-	reader := web.New(web.Config{Guard: netguard.New(netguard.Config{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}})})
+	reader := web.New(web.Config{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}})
 	model := agenttest.New()
 	model.OnPurpose(agent.PurposeChat, agenttest.Reply("nice release"), agenttest.Reply("still nice"))
 	h := newHarness(t, model, func(o *persona.Options) { o.Web = reader })
@@ -83,7 +82,7 @@ func TestWebFetchFeedsRecentSources(t *testing.T) {
 		fmt.Fprint(w, `<html><head><title>Changelog</title></head><body><article><p>Faster queue, fewer writes.</p></article></body></html>`)
 	}))
 	t.Cleanup(site.Close)
-	reader := web.New(web.Config{Guard: netguard.New(netguard.Config{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}})})
+	reader := web.New(web.Config{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}})
 	model := agenttest.New()
 	model.OnPurpose(agent.PurposeChat,
 		agenttest.ToolCall(web.ToolName, fmt.Sprintf(`{"url":%q}`, site.URL+"/changelog")),

@@ -4,8 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -118,6 +120,10 @@ type Config struct {
 	// Guard checks every address the browser connects to (nil: a guard
 	// with netguard.Config{}, which lets only public addresses through).
 	Guard *netguard.Guard
+	// Allow lets these prefixes through the default guard although they
+	// are not public (a host of your own, a test server on loopback).
+	// Ignored when Guard is set.
+	Allow []netip.Prefix
 	// Clock drives the tab hold, the idle sweeper, the queue wait and the
 	// screenshot retention (nil: clock.Real).
 	Clock clock.Clock
@@ -161,7 +167,7 @@ func (c Config) withDefaults() Config {
 		c.MaxScreenshot = DefaultMaxScreenshot
 	}
 	if c.Guard == nil {
-		c.Guard = netguard.New(netguard.Config{})
+		c.Guard = netguard.New(netguard.Config{Allow: slices.Clone(c.Allow)})
 	}
 	c.Clock = clock.OrReal(c.Clock)
 	if c.Logger == nil {

@@ -8,7 +8,6 @@ import (
 	"net/netip"
 
 	"github.com/personakit/persona/agent/browser"
-	"github.com/personakit/persona/internal/netguard"
 )
 
 func ExampleBrowser_Render() {
@@ -23,7 +22,7 @@ func ExampleBrowser_Render() {
 		Bin: "/usr/bin/chromium",
 		// Production guards allow public addresses only; the example's
 		// server is on loopback.
-		Guard: netguard.New(netguard.Config{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}}),
+		Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")},
 	})
 	if err != nil {
 		fmt.Println(err)

@@ -11,7 +11,6 @@ import (
 
 	"github.com/personakit/persona/agent/web"
 	"github.com/personakit/persona/clock"
-	"github.com/personakit/persona/internal/netguard"
 )
 
 func Example() {
@@ -22,8 +21,7 @@ func Example() {
 <article><h1>Version 2</h1><p>Faster &amp; smaller.</p><ul><li>New cache</li><li>Fewer bugs</li></ul></article>`)
 	}))
 	defer srv.Close()
-	guard := netguard.New(netguard.Config{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}})
-	reader := web.New(web.Config{Guard: guard})
+	reader := web.New(web.Config{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}})
 
 	doc, err := reader.Fetch(context.Background(), srv.URL+"/notes?utm_source=chat")
 	if err != nil {

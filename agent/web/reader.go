@@ -80,6 +80,11 @@ type Config struct {
 	// 100.100.100.200, fd00:ec2::254, ...) stay refused. It is ignored
 	// when Guard is set, and Resolvable never honours it.
 	AllowPrivate bool
+	// Allow lets these prefixes through although they are not public (a
+	// host of your own the bot should read, a test server on loopback),
+	// for fetches and for Resolvable's check of IP literals, so a link to
+	// them triggers a read. Ignored when Guard is set.
+	Allow []netip.Prefix
 	// MaxBytes caps the body read per fetch (0 = DefaultMaxBytes); the
 	// body is cut there and the document marked Truncated.
 	MaxBytes int64
@@ -196,10 +201,10 @@ func New(cfg Config) *Reader {
 	}
 	r.guard, r.linkGuard = cfg.Guard, cfg.Guard
 	if r.guard == nil {
-		gc := netguard.Config{Timeout: r.timeout, MaxRedirects: r.maxRedirects}
+		gc := netguard.Config{Timeout: r.timeout, MaxRedirects: r.maxRedirects, Allow: slices.Clone(cfg.Allow)}
 		r.linkGuard = netguard.New(gc)
 		if cfg.AllowPrivate {
-			gc.Allow = privatePrefixes
+			gc.Allow = append(gc.Allow, privatePrefixes...)
 			r.guard = netguard.New(gc)
 		} else {
 			r.guard = r.linkGuard

@@ -119,6 +119,14 @@ func (p *Pipeline) noticeAction(ctx context.Context, ev *channel.Event) (act boo
 		case p.runner == nil:
 			return false, "no model to answer pokes with"
 		}
+		// A private poke is answered only where a private message would be.
+		poker := *ev
+		if poker.Sender.ID == "" {
+			poker.Sender.ID = n.Operator
+		}
+		if v := p.admit.Admit(&poker); v.Stop {
+			return false, "poke not answered: " + v.Reason
+		}
 		return true, ""
 	case channel.NoticeGroupIncrease:
 		switch {

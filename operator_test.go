@@ -270,3 +270,18 @@ func TestFriendRequestsWithoutPolicyAreRecorded(t *testing.T) {
 	require.Equal(t, inbound.StatusDone, r.Status)
 	require.True(t, strings.HasPrefix(string(o.Code), "notice_"))
 }
+
+func TestPrivatePokeFollowsTheAdmission(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, agenttest.New(), func(o *persona.Options) {
+		o.PrivateAdmission = gate.AdmitOwnerOnly
+		o.Owners = []string{"alice"}
+	})
+	ev := channel.Event{Platform: "chantest", BotID: "bot", Kind: channel.KindNotice, Chat: channel.Chat{Kind: channel.Private, ID: "bob"},
+		Time: h.clk.Now(), Notice: &channel.Notice{Type: channel.NoticePoke, Operator: "bob", UserID: "bot"}}
+	require.NoError(t, h.ch.Inject(t.Context(), ev))
+	o := h.outcome(ev)
+	require.Equal(t, outcome.NoticePoke, o.Code)
+	require.Contains(t, o.Reason, "owner only")
+	require.Zero(t, h.model.Calls())
+}

@@ -111,7 +111,7 @@ func (d *DB) MatchFacts(ctx context.Context, ids []int64, tokens []string) ([]me
 	if err != nil {
 		return nil, err
 	}
-	rows, err := d.rdb.QueryContext(ctx, `SELECT docid, matchinfo(memory_item_search, 'pcnalx') FROM memory_item_search
+	rows, err := d.rdb.QueryContext(ctx, `SELECT docid, matchinfo(memory_item_search, 'pcnx') FROM memory_item_search
 WHERE memory_item_search MATCH ?1 AND docid IN (SELECT value FROM json_each(?2))`, expr, string(idj))
 	if err != nil {
 		return nil, fmt.Errorf("store: match facts: %w", err)

@@ -16,7 +16,9 @@ import (
 	"github.com/personakit/persona/channel/chantest"
 	"github.com/personakit/persona/gate"
 	"github.com/personakit/persona/inbound"
+	"github.com/personakit/persona/outbound"
 	"github.com/personakit/persona/outcome"
+	"github.com/personakit/persona/route"
 )
 
 // lastSent returns the text of the newest message the bot sent.
@@ -284,4 +286,53 @@ func TestPrivatePokeFollowsTheAdmission(t *testing.T) {
 	require.Equal(t, outcome.NoticePoke, o.Code)
 	require.Contains(t, o.Reason, "owner only")
 	require.Zero(t, h.model.Calls())
+}
+
+// TestTrailRecordsRouterAndReview: the record of an unprompted message
+// that was answered holds the router's rating and the review's verdict.
+func TestTrailRecordsRouterAndReview(t *testing.T) {
+	t.Parallel()
+	model := agenttest.New()
+	model.OnPurpose(agent.PurposeChat, agenttest.Reply("sunny, I heard"))
+	h := newHarness(t, model, func(o *persona.Options) {
+		o.NoRouter = false
+		o.Router = route.RouterFunc(func(context.Context, route.Input) (route.Decision, error) {
+			return route.Decision{Reply: true, Code: outcome.RepliedProactive, Reason: "a question for everyone",
+				Directed: "no", ChatIn: 0.91, ChatInPass: true}, nil
+		})
+		o.Reviewer = outbound.ReviewerFunc(func(_ context.Context, p outbound.Proposal) (outbound.Verdict, error) {
+			return outbound.Verdict{Send: true, Text: p.Text, Code: outcome.RepliedProactive, Reason: "fits", Rewritten: true}, nil
+		})
+	})
+	o := h.outcome(h.say(group1, bob, "anyone know the weather tomorrow?"))
+	require.Equal(t, outcome.RepliedProactive, o.Code, o.Reason)
+	require.NotNil(t, o.Trail)
+	require.Empty(t, o.Trail.Trigger, "unprompted")
+	require.Empty(t, o.Trail.StoppedBy)
+	require.Contains(t, o.Trail.Gates, gate.NameSampling, "every gate passed")
+	require.Equal(t, &inbound.RouterTrail{Directed: "no", ChatIn: 0.91, ChatInPass: true, Reply: true,
+		Code: outcome.RepliedProactive, Reason: "a question for everyone"}, o.Trail.Router)
+	require.Equal(t, []inbound.ReviewStep{{Generation: 1, Send: true, Code: outcome.RepliedProactive, Reason: "fits", Rewritten: true}},
+		o.Trail.Review)
+}
+
+// TestSendOnOpensAGroupWhosePolicyIsOff: /send on lets unprompted
+// messages past G10 although the policy turned both switches off; /send
+// inherit closes it again.
+func TestSendOnOpensAGroupWhosePolicyIsOff(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, agenttest.New(), func(o *persona.Options) {
+		o.Owners = []string{"alice"}
+		o.NoRouter = false
+		o.Router = route.RouterFunc(func(context.Context, route.Input) (route.Decision, error) {
+			return route.Decision{Code: "acme_ignored_rated", Reason: "rated"}, nil
+		})
+		o.Policy.Proactive = gate.Proactive{AnswerQuestions: gate.ToggleOff, ChatIn: gate.ChatOff}
+	})
+	require.Equal(t, gate.IgnoredProactiveOff, h.outcome(h.say(group1, bob, "hello all")).Code)
+	h.replyTo(group1, alice, "/send on")
+	require.Equal(t, "acme_ignored_rated", string(h.outcome(h.say(group1, bob, "hello again")).Code), "the router rated it")
+	h.replyTo(group1, alice, "/send inherit")
+	require.Equal(t, gate.IgnoredProactiveOff, h.outcome(h.say(group1, bob, "and again")).Code)
+	require.Contains(t, h.replyTo(group1, alice, "/welcome off"), "no longer welcomed")
 }

@@ -273,11 +273,11 @@ func (p *Pipeline) statusCommand(ctx context.Context, now time.Time) (string, er
 	families := map[string]int{}
 	total := 0
 	for code, n := range sum.Outcomes {
-		families[family(code)] += n
+		families[outcome.Family(code)] += n
 		total += n
 	}
 	fmt.Fprintf(&b, "\nToday (since %s): %d message(s)", midnight.Format("2006-01-02 15:04 MST"), total)
-	for _, f := range []string{"replied", "ignored", "dropped", "notice", "other"} {
+	for _, f := range []string{outcome.FamilyReplied, outcome.FamilyIgnored, outcome.FamilyDropped, outcome.FamilyNotice, outcome.FamilyOther} {
 		if families[f] > 0 {
 			fmt.Fprintf(&b, ", %d %s", families[f], f)
 		}
@@ -291,17 +291,6 @@ func (p *Pipeline) statusCommand(ctx context.Context, now time.Time) (string, er
 		fmt.Fprintf(&b, "\nTokens %s: %d call(s), %d in (%d%% cached), %d out.", t.Purpose, t.Calls, t.Input, cached, t.Output)
 	}
 	return b.String(), nil
-}
-
-// family groups outcome codes for /status.
-func family(c outcome.Code) string {
-	for w := range strings.SplitSeq(string(c), "_") {
-		switch w {
-		case "replied", "ignored", "dropped", "notice":
-			return w
-		}
-	}
-	return "other"
 }
 
 // whyCommand explains the newest finished message of the chat.

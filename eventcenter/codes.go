@@ -1,19 +1,17 @@
 package eventcenter
 
 import (
-	"strings"
-
 	"github.com/personakit/persona/outcome"
 )
 
-// The outcome families the page colours codes by.
+// The outcome families the page colours codes by (outcome.Family).
 const (
-	FamilyReplied = "replied"
-	FamilyIgnored = "ignored"
-	FamilyDropped = "dropped"
-	FamilyNotice  = "notice"
+	FamilyReplied = outcome.FamilyReplied
+	FamilyIgnored = outcome.FamilyIgnored
+	FamilyDropped = outcome.FamilyDropped
+	FamilyNotice  = outcome.FamilyNotice
 	// FamilyOther is every other code: merges, supersessions, backfill.
-	FamilyOther = "other"
+	FamilyOther = outcome.FamilyOther
 )
 
 // CodeInfo describes one outcome code as the event center shows it.
@@ -45,19 +43,5 @@ func Codes() []CodeInfo {
 // declare.
 func Meaning(code outcome.Code) string { return outcome.Meaning(code) }
 
-// Family returns the family of an outcome code: the first of the words
-// "replied", "ignored", "dropped" and "notice" among its underscore-separated
-// words (so an embedder's "acme_ignored_off_topic" is ignored too), else
-// FamilyOther; "" for no code.
-func Family(code outcome.Code) string {
-	if code == "" {
-		return ""
-	}
-	for w := range strings.SplitSeq(string(code), "_") {
-		switch w {
-		case FamilyReplied, FamilyIgnored, FamilyDropped, FamilyNotice:
-			return w
-		}
-	}
-	return FamilyOther
-}
+// Family returns the family of an outcome code (see outcome.Family).
+func Family(code outcome.Code) string { return outcome.Family(code) }

@@ -1,5 +1,7 @@
 package outcome
 
+import "strings"
+
 // Info describes one outcome code persona declares: the package that owns
 // it and, in a sentence, when a message ends with it.
 type Info struct {
@@ -101,4 +103,32 @@ func Meaning(c Code) string {
 		return catalogue[i].meaning
 	}
 	return ""
+}
+
+// The families codes are grouped by (see Family).
+const (
+	FamilyReplied = "replied"
+	FamilyIgnored = "ignored"
+	FamilyDropped = "dropped"
+	FamilyNotice  = "notice"
+	// FamilyOther is every other code: merges, supersessions, backfill,
+	// handled commands.
+	FamilyOther = "other"
+)
+
+// Family returns the family of a code: the first of the words "replied",
+// "ignored", "dropped" and "notice" among its underscore-separated words
+// (so an embedder's "acme_ignored_off_topic" is ignored too), else
+// FamilyOther; "" for no code.
+func Family(c Code) string {
+	if c == "" {
+		return ""
+	}
+	for w := range strings.SplitSeq(string(c), "_") {
+		switch w {
+		case FamilyReplied, FamilyIgnored, FamilyDropped, FamilyNotice:
+			return w
+		}
+	}
+	return FamilyOther
 }

@@ -46,7 +46,7 @@
 // rating, each review verdict). [Pipeline.EventCenter] serves it to a
 // person: a page, a JSON API and a live feed behind a bearer token (package
 // eventcenter). Chat commands ([Command], Options.Commands and the
-// built-in owner commands /status, /send, /pause, /resume, /why, /welcome,
+// built-in owner commands /status, /send, /pause, /resume, /why, /welcome, /schedule,
 // and anyone's /forget me) are answered in code without the chat model.
 // Notices the bot acts on ([NoticeOptions]: poke replies, welcomes, friend
 // requests) and scheduled messages (package schedule) go through the

@@ -164,8 +164,8 @@ type Options struct {
 
 	// Commands are chat commands of the embedder's, answered in code
 	// without the chat model (see Command). The built-in ones are always
-	// there: the owner's /status, /send, /pause, /resume, /why, /welcome
-	// and /help, and anyone's /forget me.
+	// there: the owner's /status, /send, /pause, /resume, /why, /welcome,
+	// /schedule and /help, and anyone's /forget me.
 	Commands []Command
 	// Notices says how the bot answers pokes, new members and friend
 	// requests (see NoticeOptions).

@@ -22,3 +22,13 @@ CREATE TABLE message_events (
     search_tokens text    NOT NULL DEFAULT ''
 );
 CREATE INDEX message_events_session_time ON message_events (session_key, event_time, seq);
+
+-- Users who asked to be forgotten with their history hidden from memory
+-- search (memory.ForgetOptions.ExcludeHistory): written by ForgetUser,
+-- read by SearchHistory.
+CREATE TABLE memory_hidden_senders (
+    platform  text   NOT NULL,
+    user_id   text   NOT NULL,
+    hidden_at bigint NOT NULL,
+    PRIMARY KEY (platform, user_id)
+);

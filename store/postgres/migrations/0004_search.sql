@@ -1,0 +1,2 @@
+-- Placeholder: filled in by the change that adds this area.
+SELECT 1;

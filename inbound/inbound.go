@@ -284,3 +284,13 @@ func ReplayCutoff(disconnectedAt, now time.Time, padding, maxAge time.Duration) 
 	}
 	return c
 }
+
+// Waker is implemented by a Queue that several processes share:
+// OnClaimable calls fn whenever an item may have become claimable through
+// another process (an enqueue, a retry or release, leases freed after a
+// process died), so that idle workers wake at once without polling. fn
+// must not block. A call may be spurious; the returned function stops the
+// calls.
+type Waker interface {
+	OnClaimable(fn func()) (stop func())
+}

@@ -28,6 +28,13 @@ var (
 	// ErrMediaTooLarge is returned by MediaFetcher when the media is
 	// larger than MediaRequest.MaxBytes.
 	ErrMediaTooLarge = errors.New("channel: media too large")
+	// ErrUnconfirmed: the message may or may not have reached the
+	// platform (a send relayed to another process that died while it was
+	// sending). Unlike every other send error it does not mean "not
+	// delivered": the delivery ledger keeps the chunk's intent, so a
+	// later attempt looks for the chunk in the chat instead of sending
+	// it again. It classifies as transient.
+	ErrUnconfirmed = errors.New("channel: delivery unconfirmed")
 )
 
 // RateLimitedError says the platform asked to slow down.

@@ -313,7 +313,7 @@ func (c *ExitChannel) SendSlot(ctx context.Context, n int, out channel.Outgoing)
 	final.IdempotencyKey = chunkKey(c.turn, n, fp)
 	rc, err := c.ch.Send(ctx, final)
 	if err != nil {
-		if ctx.Err() == nil {
+		if ctx.Err() == nil && !errors.Is(err, channel.ErrUnconfirmed) {
 			// The platform answered: the chunk was not delivered.
 			if cerr := e.cfg.Ledger.ClearIntent(context.WithoutCancel(ctx), c.turn, n); cerr != nil {
 				e.log.Error("ledger clear intent failed", "turn", c.turn, "slot", n, "err", cerr)
@@ -408,7 +408,7 @@ func (c *ExitChannel) SendForward(ctx context.Context, chat channel.Chat, nodes 
 	}
 	rc, err := c.fwd.SendForward(ctx, chat, final)
 	if err != nil {
-		if ctx.Err() == nil {
+		if ctx.Err() == nil && !errors.Is(err, channel.ErrUnconfirmed) {
 			if cerr := e.cfg.Ledger.ClearIntent(context.WithoutCancel(ctx), c.turn, ForwardSlot); cerr != nil {
 				// The card's outcome is now ambiguous to a retry; stay safe.
 				e.log.Error("ledger clear intent failed", "turn", c.turn, "slot", ForwardSlot, "err", cerr)

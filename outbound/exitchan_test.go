@@ -284,3 +284,36 @@ func TestExitKeepsTheChannelsRichText(t *testing.T) {
 		})
 	}
 }
+
+// A send whose fate the channel cannot tell (channel.ErrUnconfirmed, a
+// relay whose holding process died) keeps the chunk's intent: the next
+// attempt does not send it again. Any other error clears it.
+func TestExitKeepsTheIntentOfAnUnconfirmedSend(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	ch := chantest.New(chantest.Config{})
+	led := newLedger()
+	exit, err := outbound.NewExit(outbound.ExitConfig{Ledger: led})
+	require.NoError(t, err)
+	r := reply(ch, "t1", "")
+
+	ch.FailNext(1, fmt.Errorf("relay: holder died: %w", channel.ErrUnconfirmed))
+	xc := exit.Bind(ch.Bare(), "t1", r.SessionKey, false)
+	_, err = xc.Send(ctx, channel.Outgoing{Chat: groupChat, Text: "x"})
+	require.ErrorIs(t, err, channel.ErrUnconfirmed)
+	require.Equal(t, channel.ClassTransient, channel.Classify(err))
+	xc = exit.Bind(ch.Bare(), "t1", r.SessionKey, false)
+	_, err = xc.Send(ctx, channel.Outgoing{Chat: groupChat, Text: "x"})
+	require.ErrorIs(t, err, outbound.ErrDeliveryUnknown, "the intent was kept, so the chunk is not sent again")
+	require.Empty(t, ch.Sent())
+
+	// A plain failure clears the intent: the chunk goes out next time.
+	ch.FailNext(1, channel.ErrOffline)
+	xc = exit.Bind(ch.Bare(), "t2", r.SessionKey, false)
+	_, err = xc.Send(ctx, channel.Outgoing{Chat: groupChat, Text: "y"})
+	require.ErrorIs(t, err, channel.ErrOffline)
+	xc = exit.Bind(ch.Bare(), "t2", r.SessionKey, false)
+	_, err = xc.Send(ctx, channel.Outgoing{Chat: groupChat, Text: "y"})
+	require.NoError(t, err)
+	require.Len(t, ch.Sent(), 1)
+}

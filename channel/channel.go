@@ -271,3 +271,18 @@ type MediaFetcher interface {
 type RequestResponder interface {
 	AnswerFriendRequest(ctx context.Context, n Notice, accept bool) error
 }
+
+// Shareable is implemented by a channel that several processes may run at
+// once: each process receives what the platform pushes to it (webhook or
+// callback requests, which a load balancer may send to any of them) and
+// sends with plain HTTP API calls, so there is no connection that only
+// one process may hold, and Send works in any process, whichever one
+// received the message it answers (a channel that can only reply to
+// messages it saw itself is not shareable). Shareable reports whether
+// that holds in the mode the channel was configured with. Package
+// cluster runs a channel that is not shareable in one process at a time
+// and relays the others' sends to it; a shareable one runs everywhere as
+// it is.
+type Shareable interface {
+	Shareable() bool
+}

@@ -93,6 +93,13 @@ func New(cfg Config) (*Channel, error) {
 // Name returns "feishu".
 func (c *Channel) Name() string { return Platform }
 
+// Shareable reports true in ModeWebhook (channel.Shareable): Feishu posts
+// each event callback to whichever process its request URL reaches, and
+// sends are plain Open API calls (deduplicated by the platform through
+// the send uuid), so several processes may run the channel at once. The
+// long connection (ModeWebSocket) is one client's connection.
+func (c *Channel) Shareable() bool { return c.cfg.Mode == ModeWebhook }
+
 // BotID returns the bot's open_id, known once Run learnt it from the bot
 // info API ("" before). It is Event.BotID and what mentions of the bot
 // carry.

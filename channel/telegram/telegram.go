@@ -115,6 +115,13 @@ func New(cfg Config) (*Channel, error) {
 // Name returns "telegram".
 func (c *Channel) Name() string { return Platform }
 
+// Shareable reports true in ModeWebhook (channel.Shareable): Telegram
+// posts each update to whichever process its webhook URL reaches, and
+// sends are plain Bot API calls, so several processes may run the
+// channel at once. Long polling is not shareable: getUpdates serves one
+// client at a time.
+func (c *Channel) Shareable() bool { return c.cfg.Mode == ModeWebhook }
+
 // BotID returns the bot's numeric user id as a string, known once Run's
 // getMe succeeded ("" before).
 func (c *Channel) BotID() string {

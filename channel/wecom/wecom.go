@@ -116,6 +116,14 @@ func New(cfg Config) (*Channel, error) {
 // Name returns "wecom".
 func (c *Channel) Name() string { return Platform }
 
+// Shareable reports true in ModeApp (channel.Shareable): WeCom posts each
+// callback to whichever process its URL reaches, and an app sends with
+// plain API calls (message/send, appchat/send), so several processes may
+// run the channel at once. An AI bot is not shareable: on callbacks its
+// answers are streams kept in the process that answered the callback
+// (WeCom polls that one), and ModeAIBotWS is one long connection.
+func (c *Channel) Shareable() bool { return c.cfg.Mode == ModeApp }
+
 // Mode returns the configured mode.
 func (c *Channel) Mode() Mode { return c.cfg.Mode }
 

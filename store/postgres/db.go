@@ -21,6 +21,9 @@ var (
 	ErrSchemaTooNew = errors.New("postgres: database schema is newer than this build")
 	// ErrClosed is returned by operations on a closed DB.
 	ErrClosed = errors.New("postgres: store is closed")
+	// ErrInvalid is wrapped by the errors for input a port refuses (an
+	// item without a key, a slot below zero, a flag without a name, ...).
+	ErrInvalid = errors.New("postgres: invalid input")
 )
 
 // Options configures Open. Every zero field means the documented default.
@@ -48,7 +51,8 @@ type DB struct {
 	log    *slog.Logger
 	schema string
 
-	lis *listener
+	lis  *listener
+	pres *presence // this process's registration as live (presence.go)
 
 	closeOnce sync.Once
 	closed    chan struct{}
@@ -94,6 +98,8 @@ func Open(ctx context.Context, url string, opt Options) (*DB, error) {
 		return nil, err
 	}
 	d.lis = newListener(d)
+	d.pres = newPresence(d)
+	d.startPresence()
 	return d, nil
 }
 
@@ -101,10 +107,21 @@ func Open(ctx context.Context, url string, opt Options) (*DB, error) {
 func (d *DB) Close() error {
 	d.closeOnce.Do(func() {
 		close(d.closed)
+		d.stopPresence()
 		d.lis.stop()
 		d.pool.Close()
 	})
 	return nil
+}
+
+// usable fails with ErrClosed once the DB is closed.
+func (d *DB) usable() error {
+	select {
+	case <-d.closed:
+		return ErrClosed
+	default:
+		return nil
+	}
 }
 
 // Schema returns the schema the store keeps its tables in.

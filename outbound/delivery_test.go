@@ -468,3 +468,40 @@ func chunkFP(r outbound.Reply, n int, text string) string {
 	}
 	return outbound.Fingerprint(p.Platform, p.BotID, r.Chat, n, outbound.Chunk{Text: text})
 }
+
+// A send whose fate is unknown (channel.ErrUnconfirmed: a relayed send
+// whose holding process died) is not a platform failure: the group's lane
+// does not back off, the chunk's intent is kept, and the retried turn
+// looks for the chunk in the chat before it sends it.
+func TestSendUnconfirmedKeepsTheLaneOpen(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	clk := clock.NewFake(t0)
+	ch := chantest.New(chantest.Config{Clock: clk})
+	led := newLedger()
+	lanes, err := outbound.NewLanes(outbound.LanesConfig{State: &outbound.MemoryState{}, Clock: clk})
+	require.NoError(t, err)
+	armed := true
+	s := newSender(t, outbound.SenderConfig{Ledger: led, Clock: clk, NoPacing: true, Lanes: lanes,
+		AfterSend: func(_ context.Context, _ outbound.Reply, n int, _ outbound.Chunk, _ channel.Receipt) {
+			if n == 0 && armed {
+				armed = false
+				ch.FailNext(1, channel.ErrUnconfirmed)
+			}
+		}})
+	r := reply(ch, "t1", "one[persona-msg]two")
+	_, err = s.Send(ctx, r)
+	require.ErrorIs(t, err, channel.ErrUnconfirmed)
+	var sz *outbound.SnoozeError
+	require.False(t, errors.As(err, &sz), "no lane backoff")
+	st, err := lanes.Check(ctx, r.SessionKey, outbound.LaneText)
+	require.NoError(t, err)
+	require.False(t, st.Wait || st.Drop)
+	require.Contains(t, led.slotsOf("t1"), 1, "the unconfirmed chunk's intent is kept")
+
+	// The retry reads the chat: the chunk is not there, so it goes out.
+	d, err := s.Send(ctx, r)
+	require.NoError(t, err)
+	require.Equal(t, []string{"one", "two"}, texts(ch.Sent()))
+	require.Len(t, d.MessageIDs, 2)
+}

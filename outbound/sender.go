@@ -522,7 +522,10 @@ func (s *ChunkSender) Send(ctx context.Context, r Reply) (Delivery, error) {
 			Chat: draft.Chat, Text: c.Text, ReplyTo: c.ReplyTo, Mentions: c.Mentions, Media: c.Media,
 		})
 		if err != nil {
-			if ctx.Err() == nil && useLane && channel.Classify(err) == channel.ClassTransient {
+			// A send whose fate is unknown (a relayed send whose holder
+			// died) says nothing about the platform: no lane backoff.
+			if ctx.Err() == nil && useLane && channel.Classify(err) == channel.ClassTransient &&
+				!errors.Is(err, channel.ErrUnconfirmed) {
 				return s.laneFailure(ctx, r, lane, n, d, err)
 			}
 			return d, &SendError{Slot: n, Delivered: d.MessageIDs, Err: err}

@@ -13,7 +13,6 @@ import (
 	"github.com/personakit/persona/inbound"
 	"github.com/personakit/persona/memory"
 	"github.com/personakit/persona/outcome"
-	"github.com/personakit/persona/store"
 )
 
 // Media-turn assembly (a picture, then its caption): a message of only
@@ -398,16 +397,23 @@ func carried(segs []channel.Segment) []channel.Segment {
 // heldBefore lists the senders (holdKey) with media-only messages still
 // waiting in the queue when the pipeline starts: only their text turns
 // look for them in the history (see recallHeld).
-func heldBefore(ctx context.Context, db *store.DB, now time.Time) (map[string]bool, error) {
-	recs, err := db.Records(ctx, store.RecordQuery{Status: inbound.StatusPending, Limit: 10000})
-	if err != nil {
-		return nil, err
-	}
+func heldBefore(ctx context.Context, db inbound.RecordReader, now time.Time) (map[string]bool, error) {
 	out := map[string]bool{}
-	for _, r := range recs {
-		if r.Text == "" && !r.HistoryOnly && r.AvailableAt.After(now.Add(-inbound.MediaMergeWindow)) {
-			out[holdKey(r.SessionKey, r.SenderID)] = true
+	q := inbound.RecordQuery{Status: inbound.StatusPending, Limit: inbound.MaxRecordPage}
+	for pages := 0; pages < 20; pages++ {
+		page, err := db.ListRecords(ctx, q)
+		if err != nil {
+			return nil, err
 		}
+		for _, r := range page.Records {
+			if r.Text == "" && !r.HistoryOnly && r.AvailableAt.After(now.Add(-inbound.MediaMergeWindow)) {
+				out[holdKey(r.SessionKey, r.SenderID)] = true
+			}
+		}
+		if page.Next == "" {
+			break
+		}
+		q.Before = page.Next
 	}
 	return out, nil
 }

@@ -65,6 +65,18 @@
 // Every outgoing chunk goes through the delivery ledger, so a retried or
 // resumed turn never sends a chunk twice.
 //
+// # Several processes
+//
+// With Options.DatabaseURL (or a *postgres.DB as Options.DB) the state
+// lives in PostgreSQL (package store/postgres) and several processes run
+// one bot: any of them receives events and runs turns from the shared
+// queue, idle workers wake on the database's notifications, and a process
+// that dies has its leases freed as soon as its database session ends.
+// Each channel the pipeline runs is wrapped with cluster.Share: a
+// connection that only one process can hold is held by one at a time
+// (taken over when its holder dies), and a turn in another process sends
+// through the holder, once per delivery-ledger key.
+//
 // # Privacy and delivery boundaries
 //
 // Every model call goes through one agent.Private model: ids become

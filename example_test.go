@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -250,4 +251,39 @@ func Example_tools() {
 	fmt.Println(strings.Join(reg.Names(), " "))
 	// Output:
 	// browser_render browser_open browser_click browser_type browser_scroll browser_screenshot browser_read browser_close web_fetch
+}
+
+// ExampleOptions_databaseURL runs one bot as several processes: each
+// process starts the same program with the same DatabaseURL (PostgreSQL)
+// and a DataDir of its own for its write-failure journal. Any process runs
+// any turn; a connection only one process can hold is held by one of them
+// at a time, and the others send through it. (Not run here: it needs a
+// PostgreSQL server.)
+func ExampleOptions_databaseURL() {
+	ctx, cancel := signalContext()
+	defer cancel()
+	adapter := chantest.New(chantest.Config{BotID: "bot"}) // a platform adapter in production
+	soul, _ := os.ReadFile("SOUL.md")
+	model, _ := openai.New(openai.Config{BaseURL: "http://127.0.0.1:8000/v1", Model: "my-model"})
+
+	p, err := persona.New(persona.Options{
+		Channels:    []channel.Channel{adapter},
+		DatabaseURL: os.Getenv("PERSONA_DATABASE_URL"), // postgres://bot:secret@db.internal:5432/persona
+		DataDir:     "/var/lib/persona",                // this process's write-failure journal
+		Persona:     string(soul),
+		Model:       model,
+	})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer p.Close()
+	if err := p.Run(ctx); err != nil {
+		fmt.Println(err)
+	}
+}
+
+// signalContext is a context that ends on SIGINT.
+func signalContext() (context.Context, context.CancelFunc) {
+	return signal.NotifyContext(context.Background(), os.Interrupt)
 }

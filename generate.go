@@ -18,7 +18,6 @@ import (
 	"github.com/personakit/persona/outbound"
 	"github.com/personakit/persona/outcome"
 	"github.com/personakit/persona/route"
-	"github.com/personakit/persona/store"
 )
 
 // Session state kept in the session flags (never expiring).
@@ -55,7 +54,7 @@ type generation struct {
 }
 
 // buildGeneration prepares context assembly, memory and the agent loop.
-func (p *Pipeline) buildGeneration(db *store.DB) error {
+func (p *Pipeline) buildGeneration(db Storage) error {
 	full := agent.NewContextBuilder(agent.ContextConfig{ContextWindow: p.opt.ContextWindow})
 	g := &generation{
 		builder: full,

@@ -57,7 +57,7 @@ func notedHarness(t *testing.T, wrap func(*store.DB) memory.History) (*harness, 
 	t.Helper()
 	model := agenttest.New()
 	model.Otherwise(agenttest.Reply("noted"))
-	h := newHarness(t, model, func(o *persona.Options) { o.History = wrap(o.DB) })
+	h := newHarness(t, model, func(o *persona.Options) { o.History = wrap(o.DB.(*store.DB)) })
 	return h, model
 }
 

@@ -1,6 +1,7 @@
 package persona
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -19,6 +20,7 @@ import (
 	"github.com/personakit/persona/route"
 	"github.com/personakit/persona/schedule"
 	"github.com/personakit/persona/store"
+	"github.com/personakit/persona/store/postgres"
 )
 
 // Options configures a Pipeline. Every zero field means the documented
@@ -34,8 +36,15 @@ type Options struct {
 	// journal (inbound.journal). Created if missing. Ignored for the parts
 	// given explicitly below.
 	DataDir string
-	// DB is an already opened store; the pipeline does not close it.
-	DB *store.DB
+	// DatabaseURL, when set, keeps the state in PostgreSQL instead of
+	// DataDir's SQLite file (a postgres:// URL; see package
+	// store/postgres): several processes with the same URL then run one
+	// bot together. Each still needs DataDir (or Journal) for its own
+	// write-failure journal.
+	DatabaseURL string
+	// DB is an already opened store (a *store.DB or a *postgres.DB); the
+	// pipeline does not close it.
+	DB Storage
 	// Queue, History, Ledger, Checkpoints override the store's ports.
 	Queue       inbound.Queue
 	History     memory.History
@@ -274,26 +283,37 @@ func (o *Options) applyDefaults() error {
 	return nil
 }
 
-// openStorage fills the storage ports from DB or DataDir. It returns the
-// store it opened itself (to be closed by the pipeline), if any.
-func (o *Options) openStorage() (owned *store.DB, err error) {
+// openStorage fills the storage ports from DB, DatabaseURL or DataDir. It
+// returns the store it opened itself (to be closed by the pipeline), if
+// any.
+func (o *Options) openStorage() (owned Storage, err error) {
 	needStore := o.Queue == nil || o.History == nil || o.Ledger == nil || o.Checkpoints == nil || o.Flags == nil
 	db := o.DB
-	if needStore && db == nil {
+	switch {
+	case !needStore || db != nil:
+	case o.DatabaseURL != "":
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		pg, err := postgres.Open(ctx, o.DatabaseURL, postgres.Options{Clock: o.Clock, Logger: o.Logger})
+		cancel()
+		if err != nil {
+			return nil, fmt.Errorf("persona: %w", err)
+		}
+		db, owned = pg, pg
+	default:
 		if o.DataDir == "" {
-			return nil, errors.New("persona: set Options.DataDir (or Options.DB)")
+			return nil, errors.New("persona: set Options.DataDir (or Options.DB or Options.DatabaseURL)")
 		}
 		if err := os.MkdirAll(o.DataDir, 0o700); err != nil {
 			return nil, fmt.Errorf("persona: create data dir: %w", err)
 		}
-		db, err = store.Open(filepath.Join(o.DataDir, "persona.db"), store.Options{Clock: o.Clock, Logger: o.Logger,
+		sq, err := store.Open(filepath.Join(o.DataDir, "persona.db"), store.Options{Clock: o.Clock, Logger: o.Logger,
 			// Only memory searches history; without it the rows are
 			// tokenized and indexed by the first search, if one ever comes.
 			DeferSearch: !o.Memory})
 		if err != nil {
 			return nil, err
 		}
-		owned = db
+		db, owned = sq, sq
 	}
 	if o.Queue == nil {
 		o.Queue = db
@@ -312,6 +332,14 @@ func (o *Options) openStorage() (owned *store.DB, err error) {
 	}
 	if o.Journal == nil {
 		dir := o.DataDir
+		if dir != "" {
+			if err := os.MkdirAll(dir, 0o700); err != nil {
+				if owned != nil {
+					_ = owned.Close()
+				}
+				return nil, fmt.Errorf("persona: create data dir: %w", err)
+			}
+		}
 		if dir == "" {
 			if owned != nil {
 				_ = owned.Close()

@@ -20,6 +20,7 @@ import (
 	"github.com/personakit/persona/agent/web"
 	"github.com/personakit/persona/channel"
 	"github.com/personakit/persona/clock"
+	"github.com/personakit/persona/cluster"
 	"github.com/personakit/persona/gate"
 	"github.com/personakit/persona/inbound"
 	"github.com/personakit/persona/media"
@@ -27,7 +28,6 @@ import (
 	"github.com/personakit/persona/outbound"
 	"github.com/personakit/persona/route"
 	"github.com/personakit/persona/schedule"
-	"github.com/personakit/persona/store"
 )
 
 // Pipeline is a running bot: channels in, replies out, one durable record
@@ -36,7 +36,7 @@ type Pipeline struct {
 	opt      Options
 	clk      clock.Clock
 	log      *slog.Logger
-	owned    *store.DB
+	owned    Storage // the store New opened itself, if any
 	closers  []io.Closer
 	owner    string // lease owner prefix: process uuid
 	gates    gate.Chain
@@ -190,6 +190,11 @@ func New(opt Options) (*Pipeline, error) {
 	if db == nil {
 		db = owned
 	}
+	if w, ok := opt.Queue.(inbound.Waker); ok {
+		// Another process enqueued or released something: wake the idle
+		// workers here.
+		p.closers = append(p.closers, closerFunc(w.OnClaimable(p.Wake)))
+	}
 	if err := p.buildGeneration(db); err != nil {
 		_ = p.Close()
 		return nil, err
@@ -241,7 +246,18 @@ func New(opt Options) (*Pipeline, error) {
 			}
 		},
 	})
-	for _, ch := range opt.Channels {
+	shared, _ := db.(cluster.Store)
+	for i, ch := range opt.Channels {
+		if shared != nil {
+			// Several processes may share this store: a connection that
+			// only one of them can hold is held by one at a time, and the
+			// others send through it. The name is the same in every
+			// process that runs the same configuration.
+			ch = cluster.Share(ch, shared, cluster.Options{
+				Name:   fmt.Sprintf("%s/%s#%d", opt.Profile, ch.Name(), i),
+				Logger: p.log.With("channel", ch.Name()),
+			})
+		}
 		st, err := p.register(ch, "")
 		if err != nil {
 			_ = p.Close()

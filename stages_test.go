@@ -153,7 +153,7 @@ func TestModelCallCountStoredBeforeTheOutcome(t *testing.T) {
 	var flags *heldQuotaFlags
 	countedAtOutcome := make(chan bool, 1)
 	h := newHarness(t, agenttest.New(agenttest.Reply("hello Alice")), func(o *persona.Options) {
-		flags = &heldQuotaFlags{DB: o.DB, entered: make(chan struct{}), release: make(chan struct{})}
+		flags = &heldQuotaFlags{DB: o.DB.(*store.DB), entered: make(chan struct{}), release: make(chan struct{})}
 		o.Flags = flags
 		o.Policy.Quota = gate.Quotas{User: 1000} // model calls are counted only under a quota
 		record := o.OnOutcome

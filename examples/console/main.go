@@ -5,7 +5,8 @@
 //
 //	go run ./examples/console
 //
-// Data lives in ./data/ (override with PERSONA_DATA). The model comes from
+// Data lives in ./data/ (override with PERSONA_DATA), or in PostgreSQL
+// when PERSONA_DATABASE_URL is a postgres:// URL. The model comes from
 // PERSONA_MODEL_BASE_URL, PERSONA_MODEL_API_KEY (or OPENAI_API_KEY) and
 // PERSONA_MODEL; without them an offline demo model answers. PERSONA_SOUL
 // points at another SOUL.md; PERSONA_MODEL_VISION=1 says the model takes
@@ -70,14 +71,15 @@ func run(ctx context.Context, in io.Reader, out io.Writer, getenv func(string) s
 	con := newConsole(in, out)
 	_, offline := model.(seeing)
 	p, err := persona.New(persona.Options{
-		Channels:  []channel.Channel{con},
-		DataDir:   dataDir,
-		Persona:   soul,
-		Model:     model,
-		Memory:    !offline, // long-term memory needs a real model
-		Owners:    []string{you.ID},
-		OnOutcome: con.outcome,
-		Logger:    slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Channels:    []channel.Channel{con},
+		DataDir:     dataDir,
+		DatabaseURL: getenv("PERSONA_DATABASE_URL"),
+		Persona:     soul,
+		Model:       model,
+		Memory:      !offline, // long-term memory needs a real model
+		Owners:      []string{you.ID},
+		OnOutcome:   con.outcome,
+		Logger:      slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
 	if err != nil {
 		return err

@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/personakit/persona/internal/pgtest"
 )
 
 // TestPipedSession runs the console the way the README shows it:
@@ -59,4 +61,17 @@ func TestImageCommand(t *testing.T) {
 	require.Contains(t, s, `You said "[image] is this nice?"; my context holds 0 earlier message(s) of ours, and 1 picture(s) came with it`)
 	require.Contains(t, s, "! /image: stat")
 	require.Contains(t, s, "why: outcome=replied")
+}
+
+// TestPostgresSession runs the console with its state in PostgreSQL
+// (PERSONA_DATABASE_URL), twice on the same schema: the second run's
+// context holds the first run's message, as it would with SQLite.
+func TestPostgresSession(t *testing.T) {
+	url := pgtest.Schema(t)
+	for i, want := range []string{"holds 0 earlier", "holds 1 earlier"} {
+		env := map[string]string{"PERSONA_DATA": t.TempDir(), "PERSONA_DATABASE_URL": url}
+		var out bytes.Buffer
+		require.NoError(t, run(t.Context(), strings.NewReader("hi\n/quit\n"), &out, func(k string) string { return env[k] }), "run %d", i)
+		require.Contains(t, out.String(), want, "run %d", i)
+	}
 }

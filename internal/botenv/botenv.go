@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -40,6 +41,10 @@ const (
 	// OpenAI-compatible server as the chat model ("whisper-1", …); unset,
 	// voice clips are not transcribed.
 	EnvTranscribeModel = "PERSONA_TRANSCRIBE_MODEL"
+	// EnvDatabaseURL keeps the bot's state in PostgreSQL instead of the
+	// SQLite file in the data directory (persona.Options.DatabaseURL): a
+	// postgres:// URL. Several processes with the same URL run one bot.
+	EnvDatabaseURL = "PERSONA_DATABASE_URL"
 )
 
 // Common is what every reference bot reads.
@@ -47,15 +52,30 @@ type Common struct {
 	Soul     string // SOUL.md text
 	SoulFrom string // where it came from, for the banner
 	DataDir  string
-	Owners   []string
-	Aliases  []string
-	Level    slog.Level
-	Memory   bool // persona.Options.Memory (PERSONA_MEMORY, default on)
-	Agent    bool // persona.Options.Agent (PERSONA_AGENT, default off)
+	// DatabaseURL is persona.Options.DatabaseURL (PERSONA_DATABASE_URL).
+	DatabaseURL string
+	Owners      []string
+	Aliases     []string
+	Level       slog.Level
+	Memory      bool // persona.Options.Memory (PERSONA_MEMORY, default on)
+	Agent       bool // persona.Options.Agent (PERSONA_AGENT, default off)
 	// Media is persona.Options.Media (PERSONA_MEDIA, PERSONA_TRANSCRIBE_MODEL);
 	// MediaDesc describes it for the banner.
 	Media     persona.MediaOptions
 	MediaDesc string
+}
+
+// StorageDesc describes where the state is kept, for a banner: the data
+// directory, or the PostgreSQL server (its password never shown).
+func (c Common) StorageDesc() string {
+	if c.DatabaseURL == "" {
+		return c.DataDir
+	}
+	host := "PostgreSQL"
+	if u, err := url.Parse(c.DatabaseURL); err == nil && u.Host != "" {
+		host += " at " + u.Host + u.Path
+	}
+	return host + " (" + EnvDatabaseURL + "); journal in " + c.DataDir
 }
 
 // Defaults are a bot's own defaults for Load.
@@ -89,6 +109,13 @@ func Load(getenv func(string) string, d Defaults) (Common, []error) {
 	c.DataDir = get(EnvData)
 	if c.DataDir == "" {
 		c.DataDir = filepath.FromSlash(d.DataDir)
+	}
+	if u := get(EnvDatabaseURL); u != "" {
+		if !strings.HasPrefix(u, "postgres://") && !strings.HasPrefix(u, "postgresql://") {
+			bad("%s: want a postgres:// URL", EnvDatabaseURL)
+		} else {
+			c.DatabaseURL = u
+		}
 	}
 	c.Owners = List(get(EnvOwner))
 	if d.Owner != nil {

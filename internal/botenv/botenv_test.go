@@ -168,3 +168,23 @@ func TestModelVision(t *testing.T) {
 	_, _, _, err = botenv.Model(get(map[string]string{botenv.EnvVision: "sometimes"}))
 	require.ErrorContains(t, err, "PERSONA_MODEL_VISION")
 }
+
+func TestLoadDatabaseURL(t *testing.T) {
+	t.Parallel()
+	env := map[string]string{botenv.EnvDatabaseURL: "postgres://bot:s3cret-pass@db.internal:5432/persona?sslmode=require"}
+	c, errs := botenv.Load(func(k string) string { return env[k] }, botenv.Defaults{DataDir: "data/x"})
+	require.Empty(t, errs)
+	require.Equal(t, env[botenv.EnvDatabaseURL], c.DatabaseURL)
+	desc := c.StorageDesc()
+	require.Contains(t, desc, "PostgreSQL at db.internal:5432/persona")
+	require.NotContains(t, desc, "s3cret-pass", "the banner never shows the password")
+
+	env[botenv.EnvDatabaseURL] = "mysql://bot@db/persona"
+	_, errs = botenv.Load(func(k string) string { return env[k] }, botenv.Defaults{})
+	require.Len(t, errs, 1)
+	require.Contains(t, errs[0].Error(), botenv.EnvDatabaseURL)
+
+	c, errs = botenv.Load(func(string) string { return "" }, botenv.Defaults{DataDir: "data/x"})
+	require.Empty(t, errs)
+	require.Equal(t, filepath.FromSlash("data/x"), c.StorageDesc(), "without a URL the state is in the data directory")
+}

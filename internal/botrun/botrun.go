@@ -223,17 +223,18 @@ func Run(ctx context.Context, getenv func(string) string, stdout, stderr io.Writ
 	}
 
 	pl, err := persona.New(persona.Options{
-		Channels: []channel.Channel{setup.Channel},
-		DataDir:  common.DataDir,
-		Persona:  common.Soul,
-		Model:    model,
-		Owners:   common.Owners,
-		Aliases:  common.Aliases,
-		Memory:   common.Memory,
-		Agent:    common.Agent,
-		Media:    common.Media,
-		Web:      reader,
-		Logger:   log.With("component", "persona"),
+		Channels:    []channel.Channel{setup.Channel},
+		DataDir:     common.DataDir,
+		DatabaseURL: common.DatabaseURL,
+		Persona:     common.Soul,
+		Model:       model,
+		Owners:      common.Owners,
+		Aliases:     common.Aliases,
+		Memory:      common.Memory,
+		Agent:       common.Agent,
+		Media:       common.Media,
+		Web:         reader,
+		Logger:      log.With("component", "persona"),
 	})
 	if err != nil {
 		return err
@@ -258,7 +259,7 @@ func Run(ctx context.Context, getenv func(string) string, stdout, stderr io.Writ
 	line := func(label, text string) { fmt.Fprintf(stdout, "  %-9s %s\n", label+":", text) }
 	line("model", modelDesc)
 	line("persona", common.SoulFrom)
-	line("data", common.DataDir)
+	line("data", common.StorageDesc())
 	line("memory", fmt.Sprintf("%s (%s); agent loop: %s (%s)", botenv.OnOff(common.Memory), botenv.EnvMemory, botenv.OnOff(common.Agent), botenv.EnvAgent))
 	line("media", common.MediaDesc)
 	for _, b := range setup.Banner {

@@ -337,7 +337,7 @@ func (p *Pipeline) stages(ctx context.Context, l inbound.Lease, heartbeat func()
 	t := &gate.Turn{Event: ev, SessionKey: l.SessionKey, Direct: trigger != "", Trigger: trigger,
 		Owner: p.identity.IsOwner(&ev), Now: p.clk.Now()}
 	if st != nil {
-		t.Members, _ = st.ch.(channel.MemberLookup)
+		t.Members, _ = channel.As[channel.MemberLookup](st.ch)
 	}
 	tr.Trigger = trigger
 	v := p.gates.Check(ctx, t)
@@ -618,7 +618,7 @@ func (p *Pipeline) proposal(l inbound.Lease, t *gate.Turn, st *chanState, text s
 		Direct: t.Direct, Owner: t.Owner, HasImages: ev.Has(channel.SegImage), PeerIsBot: ev.Sender.IsBot,
 		MentionsBot: t.Trigger == route.TriggerMention || t.Trigger == route.TriggerQuote || t.Trigger == route.TriggerAlias}
 	if st != nil {
-		if ar, ok := st.ch.(channel.AccountRisk); ok {
+		if ar, ok := channel.As[channel.AccountRisk](st.ch); ok {
 			prop.AccountRisk = ar.AccountRisk()
 		}
 	}

@@ -121,19 +121,53 @@ type Wrapper interface {
 	Unwrap() Channel
 }
 
+// Forwarder is implemented by a wrapper that implements every optional
+// capability on behalf of the channel it wraps, whether that channel has
+// it or not: a wrapper that carries the calls somewhere else (package
+// cluster's Share hands them to the process that runs the connection),
+// and so cannot know from its own methods which of them can succeed.
+// As accepts such a wrapper's implementation of a capability only when
+// the chain it wraps has the capability too (see As), so a channel that
+// cannot show typing still cannot once wrapped.
+//
+// A forwarder's capabilities must be detected with As: a plain type
+// assertion on it finds all of them.
+type Forwarder interface {
+	Wrapper
+	// ForwardsCapabilities marks the wrapper as a forwarder; it does
+	// nothing.
+	ForwardsCapabilities()
+}
+
 // As finds the first channel in c's chain (c, then what Unwrap returns,
 // and so on) that implements the capability T, like errors.As: a wrapper
 // that implements T itself (the delivery exit's ledgered SendForward)
 // is found before the channel it wraps. Optional capabilities (Typer,
 // HistoryFetcher, ForwardSender, …) should be detected with As, so that
 // they are seen through wrappers.
+//
+// A Forwarder's own implementation of T counts only when As finds T in
+// the chain it wraps (its Unwrap): then the forwarder is returned, as
+// any wrapper would be; otherwise no link of the chain has T for real
+// and As reports false.
 func As[T any](c Channel) (T, bool) {
+	var (
+		first T    // the outermost link that implements T
+		found bool // first is set
+	)
 	for range 64 { // a chain longer than this is a cycle
 		if c == nil {
 			break
 		}
 		if t, ok := c.(T); ok {
-			return t, true
+			if !found {
+				first, found = t, true
+			}
+			// A forwarder's T waits for a link below it that has T
+			// for real; any other link confirms the first one found.
+			if _, fwd := c.(Forwarder); !fwd {
+				return first, true
+			}
 		}
 		w, ok := c.(Wrapper)
 		if !ok {

@@ -17,18 +17,22 @@ var ErrLost = errors.New("cluster: the hold has ended")
 // store no longer has (finished long ago and deleted).
 var ErrUnknownRequest = errors.New("cluster: unknown relayed request")
 
-// ReadKeep is how long a store keeps the answer of a relayed history read
+// ReadKeep is how long a store keeps the answer of a relayed call (any
+// request but a send: a history read, a media fetch, a forward card, ...)
 // after it finished (at most; see Holding.Prune): only the process that
 // asked reads it, once, as soon as it is there.
 const ReadKeep = time.Minute
 
 // Store is the port a shared store offers so that processes can take
-// turns holding a connection and relay sends and history reads to its
-// holder. The names it takes are Options.Name values: the same in every
-// process for the same connection.
+// turns holding a connection and relay sends and the calls of the
+// channel's optional capabilities to its holder. The names it takes are
+// Options.Name values: the same in every process for the same
+// connection.
 //
-// Sends and history reads are requests of one queue: both are claimed,
-// finished, withdrawn and pruned alike, and their ids are of one kind.
+// Sends and calls are requests of one queue: all are claimed, finished,
+// withdrawn and pruned alike, and their ids are of one kind. The store
+// does not interpret a call: it keeps its kind, its payload and its
+// answer as bytes.
 type Store interface {
 	// TryHold tries to become the holder of name without waiting. It
 	// returns a nil Holding (and no error) when another process holds it.
@@ -54,11 +58,12 @@ type Store interface {
 	// wait for; one that failed, was cancelled or is unconfirmed is asked
 	// again (pending anew).
 	Request(ctx context.Context, name string, out channel.Outgoing, opt RequestOptions) (Result, error)
-	// RequestHistory asks the holder of name to read a page of a chat's
-	// history (KindHistory), and returns the new request's result
-	// (StatusPending). Every call is a request of its own: a read has no
-	// effect to keep from happening twice. Its answer is Result.Page.
-	RequestHistory(ctx context.Context, name string, q channel.HistoryQuery, opt RequestOptions) (Result, error)
+	// Call asks the holder of name to make a call of kind (any kind but
+	// KindSend) with payload (its arguments, encoded by package cluster),
+	// and returns the new request's result (StatusPending). Every call is
+	// a request of its own, without an idempotency key. Its answer is
+	// Result.Answer (and Result.Body), kept for ReadKeep at most.
+	Call(ctx context.Context, name string, kind RequestKind, payload []byte, opt RequestOptions) (Result, error)
 	// Result returns the current result of request id (ErrUnknownRequest
 	// when the store no longer has it).
 	Result(ctx context.Context, id int64) (Result, error)
@@ -96,14 +101,13 @@ type Holding interface {
 	Claim(ctx context.Context, limit int) ([]Request, error)
 	// Finish stores the outcome of a claimed request and tells its
 	// follower. res.Status is StatusDone (with res.Receipt for a send,
-	// res.Page for a history read), StatusFailed (with res.Error),
+	// res.Answer and res.Body for a call), StatusFailed (with res.Error),
 	// StatusUnconfirmed or StatusCancelled (not sent).
 	// It reports false when the request is no longer claimed by this hold
 	// (another holder took over in between).
 	Finish(ctx context.Context, id int64, res Result) (bool, error)
 	// Prune deletes the finished requests of the name older than age,
-	// and its finished history reads older than ReadKeep (or age, when
-	// shorter).
+	// and its finished calls older than ReadKeep (or age, when shorter).
 	Prune(ctx context.Context, age time.Duration) error
 }
 
@@ -128,13 +132,32 @@ type RequestOptions struct {
 // RequestKind tells what a relayed request asks the holder to do.
 type RequestKind string
 
-// The kinds of relayed requests.
+// The kinds of relayed requests: a send, and a call for each optional
+// capability of a channel. The payload and the answer of a call are JSON
+// written and read by package cluster (see the methods of the channel
+// Share returns); the store keeps them as they are.
 const (
 	// KindSend: send Request.Out (channel.Channel's Send).
 	KindSend RequestKind = "send"
-	// KindHistory: read the page Request.History asks for
-	// (channel.HistoryFetcher's FetchHistory).
+	// KindHistory: read a page of a chat's history
+	// (channel.HistoryFetcher).
 	KindHistory RequestKind = "history"
+	// KindChats: list the chats (channel.ChatLister).
+	KindChats RequestKind = "chats"
+	// KindMember: look a group member up (channel.MemberLookup).
+	KindMember RequestKind = "member"
+	// KindMedia: fetch a media reference's content
+	// (channel.MediaFetcher); the bytes are Result.Body.
+	KindMedia RequestKind = "media"
+	// KindTyping: show the typing indicator (channel.Typer).
+	KindTyping RequestKind = "typing"
+	// KindRecall: delete a sent message (channel.Recaller).
+	KindRecall RequestKind = "recall"
+	// KindAnswerRequest: answer a friend request
+	// (channel.RequestResponder).
+	KindAnswerRequest RequestKind = "answer_request"
+	// KindForward: send a merged-forward card (channel.ForwardSender).
+	KindForward RequestKind = "forward"
 )
 
 // Request is a relayed request, as the holder claims it.
@@ -143,8 +166,9 @@ type Request struct {
 	Kind RequestKind
 	// Out is the message to send (KindSend).
 	Out channel.Outgoing
-	// History is the page to read (KindHistory).
-	History channel.HistoryQuery
+	// Payload is a call's arguments (any other kind), as Store.Call got
+	// them.
+	Payload []byte
 	// Deadline is the follower's deadline (zero = none).
 	Deadline time.Time
 }
@@ -157,19 +181,18 @@ type RequestStatus string
 const (
 	// StatusPending: waiting for the holder.
 	StatusPending RequestStatus = "pending"
-	// StatusClaimed: the holder is sending it (reading, for a history
-	// read).
+	// StatusClaimed: the holder is sending it (making it, for a call).
 	StatusClaimed RequestStatus = "claimed"
 	// StatusDone: sent, and Result.Receipt is the platform's; for a
-	// history read, read, and Result.Page is the page.
+	// call, made, and Result.Answer (with Result.Body) is its answer.
 	StatusDone RequestStatus = "done"
-	// StatusFailed: the holder's send (or read) failed (Result.Error);
+	// StatusFailed: the holder's send (or call) failed (Result.Error);
 	// not sent.
 	StatusFailed RequestStatus = "failed"
 	// StatusUnconfirmed: the holder stopped while sending it; it may or
 	// may not have reached the platform, and it is never sent again by
-	// the relay on its own. A history read the holder stopped in is
-	// unconfirmed too (and may simply be asked again).
+	// the relay on its own. A call the holder stopped in is unconfirmed
+	// too (a read may simply be asked again).
 	StatusUnconfirmed RequestStatus = "unconfirmed"
 	// StatusCancelled: withdrawn before the holder took it; never sent.
 	StatusCancelled RequestStatus = "cancelled"
@@ -187,13 +210,16 @@ type Result struct {
 	Status RequestStatus
 	// Receipt is a done send's receipt.
 	Receipt channel.Receipt
-	// Page is a done history read's page.
-	Page channel.HistoryPage
-	// Error is the holder's send or read error (StatusFailed).
+	// Answer is a done call's answer, as the holder gave it to
+	// Holding.Finish (nil for a send).
+	Answer []byte
+	// Body is the content a done media fetch read (nil when none).
+	Body []byte
+	// Error is the holder's send or call error (StatusFailed).
 	Error *ErrorRecord
 }
 
-// ErrorRecord is a send (or history read) error in a form that crosses
+// ErrorRecord is a send (or call) error in a form that crosses
 // processes: its text, and what errors.Is and errors.As found in it among
 // the channel package's sentinels and error types. Err rebuilds an
 // equivalent error.
@@ -307,7 +333,7 @@ func (r *ErrorRecord) Err() error {
 	return e
 }
 
-// RemoteError is a send or history read error that happened in the
+// RemoteError is a send or call error that happened in the
 // process holding the connection, rebuilt in the process that relayed the
 // request: it prints the original text and unwraps to the channel
 // sentinels and typed errors the original matched.

@@ -28,16 +28,24 @@
 //     package's typed errors, so errors.Is and errors.As on the follower
 //     see the same rate limit, rejection or mute ([RemoteError]).
 //
-//   - Reading history. When the wrapped channel can read a chat's history
-//     (channel.HistoryFetcher, found with channel.As), so can the channel
-//     Share returns, and only then: a channel without it stays without
-//     it. The holder reads through its channel directly; a follower's
-//     read is relayed like a send (the query, as JSON, in the same table,
-//     the page or the error stored for it), so that the delivery exit can
-//     look for a chunk of a crashed attempt in the chat, and gap refetch
-//     works, in any process. A read has no idempotency key: every call is
-//     a request of its own, and its answer is deleted soon after
-//     ([ReadKeep]).
+//   - Capabilities. The channel Share returns is a channel.Forwarder:
+//     it implements every optional capability that needs the connection
+//     (reading history, listing chats, looking members up, fetching
+//     media, typing, recall, answering friend requests, forward cards),
+//     and channel.As finds one only when the wrapped channel has it, so
+//     a channel without a capability stays without it. The holder calls
+//     its channel directly; a follower's call is relayed like a send (a
+//     row of the same table with the call's kind and arguments as JSON,
+//     the answer or the error stored for it), so that backfill, gates
+//     that read member roles, pictures and voice, typing and forward
+//     cards work in any process. A media fetch crosses as the bytes the
+//     holder read from the channel's body, at most the caller's
+//     MaxBytes (DefaultMaxMedia when it set none; more fails with
+//     channel.ErrMediaTooLarge), or as the URL the channel gave. A call
+//     has no idempotency key: every call is a request of its own, and
+//     its answer is deleted soon after ([ReadKeep]). The capabilities
+//     that need no connection (the text limit, account risk) are the
+//     wrapped channel's, found through Unwrap.
 //
 //   - Idempotency. A send with an idempotency key has one row per key:
 //     asking again for a chunk that was delivered returns the stored
@@ -47,15 +55,18 @@
 //
 //   - Failing safely. A follower fails fast with channel.ErrOffline when
 //     no process holds the connection or the holder is not online. A send
-//     (or read) the holder has not taken within Options.PendingTimeout
+//     (or call) the holder has not taken within Options.PendingTimeout
 //     (30 s), or whose caller gave up while it was still pending, is
 //     withdrawn and can never be made later; it fails with
 //     channel.ErrOffline. A send the holder had taken when it died has an
 //     unknown fate: the next holder marks it unconfirmed, and the follower
 //     gets channel.ErrUnconfirmed, which tells the delivery ledger to keep
 //     the chunk's intent and look for it in the chat rather than send it
-//     twice. A read the holder had taken when it died has no effect to be
-//     unsure of: it fails with channel.ErrOffline, and may be asked again.
+//     twice; so does a forward card, a recall or a friend request answer.
+//     A read (history, chats, a member, media) or a typing indicator the
+//     holder had taken when it died has no effect to be unsure of: it
+//     fails with channel.ErrOffline, and may be asked again. The errors
+//     of the holder's calls cross like those of its sends.
 //     The holder claims only while its channel is online, and deletes
 //     finished rows after Options.Keep (1 h).
 //
@@ -66,9 +77,5 @@
 //
 // A channel that several processes may run at once (channel.Shareable:
 // webhook receivers whose sends are plain HTTP calls) needs none of this,
-// and Share returns it unchanged. Send and FetchHistory are all that is
-// relayed. The other optional capabilities of the wrapped channel
-// (listing chats, typing, recall, forward cards, media, ...) are found
-// through Unwrap and are not relayed, so in a follower they act on a
-// channel that is not running.
+// and Share returns it unchanged.
 package cluster

@@ -2,6 +2,7 @@ package cluster_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"sync"
@@ -206,9 +207,10 @@ func (w historyWrapper) Send(ctx context.Context, out channel.Outgoing) (channel
 }
 func (w historyWrapper) Unwrap() channel.Channel { return w.inner }
 
-// The Share claims the history capability only when the wrapped channel
-// (or a channel it wraps) has it, and answers for it itself; the other
-// capabilities are found through Unwrap.
+// channel.As finds the Share's history capability only when the wrapped
+// channel (or a channel it wraps) has it, and then the Share answers for
+// it itself; capabilities it does not forward (the text limit) are found
+// through Unwrap.
 func TestShareExposesHistoryOnlyWhenTheChannelHasIt(t *testing.T) {
 	t.Parallel()
 	var st cluster.Store = nopStore{}
@@ -218,8 +220,8 @@ func TestShareExposesHistoryOnlyWhenTheChannelHasIt(t *testing.T) {
 	sh := cluster.Share(bare, st, cluster.Options{})
 	_, ok := channel.As[channel.HistoryFetcher](sh)
 	require.False(t, ok, "no history: the Share does not claim it")
-	_, ok = sh.(channel.HistoryFetcher)
-	require.False(t, ok)
+	_, ok = sh.(channel.Forwarder)
+	require.True(t, ok, "a forwarder: its capabilities are found with channel.As only")
 	require.Equal(t, channel.Channel(bare), sh.(channel.Wrapper).Unwrap())
 
 	sh = cluster.Share(tc, st, cluster.Options{})
@@ -264,7 +266,9 @@ func TestShareHistoryReadOfADeadHolderIsOffline(t *testing.T) {
 	}, waitFor, tick)
 	require.Len(t, claimed, 1)
 	require.Equal(t, cluster.KindHistory, claimed[0].Kind)
-	require.Equal(t, q, claimed[0].History, "the query crosses as it was")
+	var got channel.HistoryQuery
+	require.NoError(t, json.Unmarshal(claimed[0].Payload, &got))
+	require.Equal(t, q, got, "the query crosses as it was")
 	require.Equal(t, channel.Outgoing{}, claimed[0].Out)
 	require.NoError(t, dead.Close()) // the holder dies while reading
 
@@ -466,9 +470,10 @@ func TestShareFollowerReconcilesThroughRelayedHistory(t *testing.T) {
 	require.Empty(t, pl.deliveries("later"))
 }
 
-// The relay table keeps history reads apart from sends: never keyed, the
-// page as the answer, and pruned after cluster.ReadKeep.
-func TestStoreRelayHistory(t *testing.T) {
+// The relay table keeps calls apart from sends: never keyed, the
+// payload, answer and body kept as they are, and pruned after
+// cluster.ReadKeep.
+func TestStoreRelayCalls(t *testing.T) {
 	url := pgtest.Schema(t)
 	clk := clock.NewFake(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
 	db := openDB(t, url, clk)
@@ -478,46 +483,47 @@ func TestStoreRelayHistory(t *testing.T) {
 	require.NotNil(t, h)
 	defer func() { _ = h.Release() }()
 
-	q := channel.HistoryQuery{Chat: chat, Cursor: "c1", Limit: 50}
-	r1, err := db.RequestHistory(ctx, "n", q, cluster.RequestOptions{Pending: time.Minute})
+	payload := []byte(`{"chat":{"kind":"group","id":"g1"},"cursor":"c1","limit":50}`)
+	r1, err := db.Call(ctx, "n", cluster.KindHistory, payload, cluster.RequestOptions{Pending: time.Minute})
 	require.NoError(t, err)
 	require.Equal(t, cluster.StatusPending, r1.Status)
-	r2, err := db.RequestHistory(ctx, "n", q, cluster.RequestOptions{Pending: time.Minute})
+	r2, err := db.Call(ctx, "n", cluster.KindHistory, payload, cluster.RequestOptions{Pending: time.Minute})
 	require.NoError(t, err)
-	require.NotEqual(t, r1.ID, r2.ID, "every read is its own request")
+	require.NotEqual(t, r1.ID, r2.ID, "every call is its own request")
+	m1, err := db.Call(ctx, "n", cluster.KindMedia, []byte(`{"x":1}`), cluster.RequestOptions{})
+	require.NoError(t, err)
 	s1, err := db.Request(ctx, "n", channel.Outgoing{Chat: chat, Text: "hi", IdempotencyKey: "k"}, cluster.RequestOptions{})
 	require.NoError(t, err)
+	_, err = db.Call(ctx, "n", cluster.KindSend, payload, cluster.RequestOptions{})
+	require.Error(t, err, "a send is not a call")
 
 	reqs, err := h.Claim(ctx, 10)
 	require.NoError(t, err)
-	require.Len(t, reqs, 3)
-	require.Equal(t, cluster.Request{ID: r1.ID, Kind: cluster.KindHistory, History: q}, reqs[0])
+	require.Len(t, reqs, 4)
+	require.Equal(t, cluster.Request{ID: r1.ID, Kind: cluster.KindHistory, Payload: payload}, reqs[0])
 	require.Equal(t, cluster.KindHistory, reqs[1].Kind)
-	require.Equal(t, cluster.KindSend, reqs[2].Kind)
-	require.Equal(t, "hi", reqs[2].Out.Text)
+	require.Equal(t, cluster.KindMedia, reqs[2].Kind)
+	require.JSONEq(t, `{"x":1}`, string(reqs[2].Payload))
+	require.Equal(t, cluster.KindSend, reqs[3].Kind)
+	require.Equal(t, "hi", reqs[3].Out.Text)
+	require.Nil(t, reqs[3].Payload)
 
-	at := time.Date(2026, 2, 28, 9, 30, 0, 123_000_000, time.FixedZone("x", 8*3600))
-	page := channel.HistoryPage{Next: "c2", Events: []channel.Event{
-		{Platform: "test", BotID: "b", Kind: channel.KindSelf, Chat: chat, MessageID: "m9", Seq: 9, Time: at,
-			Sender: channel.Sender{ID: "b", IsBot: true}, Segments: []channel.Segment{channel.Text("x"), channel.Mention("u1")}},
-		{Platform: "test", BotID: "b", Kind: channel.KindNotice, Chat: chat, Time: at.Add(-time.Second),
-			Notice: &channel.Notice{Type: channel.NoticeGroupRecall, TargetMessageID: "m8"}},
-	}}
-	ok, err := h.Finish(ctx, r1.ID, cluster.Result{Status: cluster.StatusDone, Page: page})
+	answer := []byte(`{"next":"c2","events":[]}`)
+	ok, err := h.Finish(ctx, r1.ID, cluster.Result{Status: cluster.StatusDone, Answer: answer})
 	require.NoError(t, err)
 	require.True(t, ok)
 	res, err := db.Result(ctx, r1.ID)
 	require.NoError(t, err)
-	require.Equal(t, cluster.StatusDone, res.Status)
-	require.Equal(t, "c2", res.Page.Next)
-	require.Len(t, res.Page.Events, 2)
-	require.True(t, at.Equal(res.Page.Events[0].Time))
-	require.Equal(t, time.UTC, res.Page.Events[0].Time.Location(), "read back as UTC")
-	want := page.Events[0]
-	want.Time = res.Page.Events[0].Time
-	require.Equal(t, want, res.Page.Events[0])
-	require.Equal(t, page.Events[1].Notice, res.Page.Events[1].Notice)
-	require.Equal(t, channel.Receipt{}, res.Receipt)
+	require.Equal(t, cluster.Result{ID: r1.ID, Status: cluster.StatusDone, Answer: answer}, res)
+
+	body := []byte{0, 1, 2, 0xff, 'x', 0}
+	ok, err = h.Finish(ctx, m1.ID, cluster.Result{Status: cluster.StatusDone, Answer: []byte(`{"has_body":true}`), Body: body})
+	require.NoError(t, err)
+	require.True(t, ok)
+	res, err = db.Result(ctx, m1.ID)
+	require.NoError(t, err)
+	require.Equal(t, body, res.Body, "the bytes as they were")
+	require.JSONEq(t, `{"has_body":true}`, string(res.Answer))
 
 	ok, err = h.Finish(ctx, r2.ID, cluster.Result{Status: cluster.StatusFailed, Error: cluster.RecordError(channel.ErrKicked)})
 	require.NoError(t, err)
@@ -526,17 +532,18 @@ func TestStoreRelayHistory(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, cluster.StatusFailed, res.Status)
 	require.ErrorIs(t, res.Error.Err(), channel.ErrKicked)
+	require.Nil(t, res.Answer)
 
 	rc := channel.Receipt{MessageIDs: []string{"m10"}, Time: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)}
-	ok, err = h.Finish(ctx, s1.ID, cluster.Result{Status: cluster.StatusDone, Receipt: rc})
+	ok, err = h.Finish(ctx, s1.ID, cluster.Result{Status: cluster.StatusDone, Receipt: rc, Answer: answer})
 	require.NoError(t, err)
 	require.True(t, ok)
 	res, err = db.Result(ctx, s1.ID)
 	require.NoError(t, err)
-	require.Equal(t, cluster.Result{ID: s1.ID, Status: cluster.StatusDone, Receipt: rc}, res, "a send keeps no page")
+	require.Equal(t, cluster.Result{ID: s1.ID, Status: cluster.StatusDone, Receipt: rc}, res, "a send keeps no answer")
 
-	// A read past its pending limit is cancelled, not claimed.
-	e1, err := db.RequestHistory(ctx, "n", q, cluster.RequestOptions{Pending: time.Minute})
+	// A call past its pending limit is cancelled, not claimed.
+	e1, err := db.Call(ctx, "n", cluster.KindTyping, []byte(`{}`), cluster.RequestOptions{Pending: time.Minute})
 	require.NoError(t, err)
 	clk.Advance(2 * time.Minute)
 	reqs, err = h.Claim(ctx, 10)
@@ -546,9 +553,9 @@ func TestStoreRelayHistory(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, cluster.StatusCancelled, res.Status)
 
-	// Finished reads go after ReadKeep, sends after the age given.
+	// Finished calls go after ReadKeep, sends after the age given.
 	require.NoError(t, h.Prune(ctx, time.Hour))
-	for _, id := range []int64{r1.ID, r2.ID} {
+	for _, id := range []int64{r1.ID, r2.ID, m1.ID} {
 		_, err = db.Result(ctx, id)
 		require.ErrorIs(t, err, cluster.ErrUnknownRequest)
 	}

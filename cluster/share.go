@@ -19,7 +19,7 @@ const (
 	// DefaultRetry is how often a follower tries to take the connection
 	// over.
 	DefaultRetry = time.Second
-	// DefaultPendingTimeout is how long a relayed send or history read
+	// DefaultPendingTimeout is how long a relayed send or call
 	// may wait for the holder to take it before the follower withdraws
 	// it.
 	DefaultPendingTimeout = 30 * time.Second
@@ -55,12 +55,12 @@ type Options struct {
 	// tries to take it over (default DefaultRetry). Takeover after the
 	// holder died takes about this long.
 	Retry time.Duration
-	// PendingTimeout is how long a relayed send or history read may wait
+	// PendingTimeout is how long a relayed send or call may wait
 	// for the holder to take it (default DefaultPendingTimeout); after
 	// that it is withdrawn and fails with channel.ErrOffline.
 	PendingTimeout time.Duration
 	// Keep is how long the holder keeps finished relayed sends (default
-	// DefaultKeep); finished history reads go after ReadKeep, or Keep
+	// DefaultKeep); finished calls go after ReadKeep, or Keep
 	// when that is shorter.
 	Keep time.Duration
 	// Clock times the retries and the waits (nil = clock.Real).
@@ -74,11 +74,16 @@ type Options struct {
 // all the processes sharing st, and relays the sends of the others to
 // that one (see the package doc). ch itself is returned when st is nil or
 // ch is channel.Shareable (several processes may run it at once, so
-// there is nothing to coordinate). The returned channel implements
-// channel.Wrapper: its Unwrap is ch. It implements
-// channel.HistoryFetcher only when ch has that capability (found with
-// channel.As), and then relays the history reads of the others to the
-// holder too; the other capabilities of ch are found through Unwrap.
+// there is nothing to coordinate).
+//
+// The returned channel is a channel.Forwarder (its Unwrap is ch): it
+// implements every optional capability the holder can be asked for
+// (channel.HistoryFetcher, ChatLister, MemberLookup, MediaFetcher, Typer,
+// Recaller, RequestResponder and ForwardSender), and channel.As finds
+// each of them only when ch has it (found with channel.As too). In the
+// holder a capability is ch's own; in the others it is relayed to the
+// holder like a send. The capabilities that need no connection
+// (channel.TextLimiter, AccountRisk, ...) are ch's, found through Unwrap.
 func Share(ch channel.Channel, st Store, opt Options) channel.Channel {
 	if ch == nil || st == nil {
 		return ch
@@ -102,78 +107,25 @@ func Share(ch channel.Channel, st Store, opt Options) channel.Channel {
 	if opt.Logger == nil {
 		opt.Logger = slog.Default()
 	}
-	s := &shared{ch: ch, st: st, opt: opt, log: opt.Logger.With("cluster_name", opt.Name),
+	return &shared{ch: ch, st: st, opt: opt, log: opt.Logger.With("cluster_name", opt.Name),
 		waiters: map[int64]map[chan struct{}]struct{}{}}
-	if hf, ok := channel.As[channel.HistoryFetcher](ch); ok {
-		s.hist = hf
-		return &sharedHistory{s}
-	}
-	return s
 }
 
-// shared is the channel Share returns for a channel that cannot read
-// history: it does not implement channel.HistoryFetcher, so channel.As
-// looks through it and finds none.
+// shared is the channel Share returns. It implements the capabilities
+// as a channel.Forwarder (see capabilities.go).
 type shared struct {
 	ch  channel.Channel
 	st  Store
 	opt Options
 	log *slog.Logger
-	// hist is ch's history capability (nil: none).
-	hist channel.HistoryFetcher
 
-	// holding is set while this process holds the connection: Send (and
-	// FetchHistory) then go to ch directly.
+	// holding is set while this process holds the connection: Send and
+	// the capabilities then go to ch directly.
 	holding atomic.Bool
 
 	watchOnce sync.Once
 	mu        sync.Mutex
 	waiters   map[int64]map[chan struct{}]struct{} // followers waiting for a request's outcome
-}
-
-var (
-	_ channel.Wrapper        = (*shared)(nil)
-	_ channel.Wrapper        = (*sharedHistory)(nil)
-	_ channel.HistoryFetcher = (*sharedHistory)(nil)
-)
-
-// sharedHistory is the channel Share returns for a channel that can read
-// history: shared, with the reads relayed like the sends.
-type sharedHistory struct{ *shared }
-
-// FetchHistory reads through the wrapped channel when this process holds
-// the connection, else through the holder (see the package doc). A read
-// the holder did not finish (it stopped, or did not take it in time)
-// fails with channel.ErrOffline and may be asked again.
-func (s *sharedHistory) FetchHistory(ctx context.Context, q channel.HistoryQuery) (channel.HistoryPage, error) {
-	if s.holding.Load() {
-		return s.hist.FetchHistory(ctx, q)
-	}
-	res, err := s.request(ctx, "history read", func(ctx context.Context, opt RequestOptions) (Result, error) {
-		return s.st.RequestHistory(ctx, s.opt.Name, q, opt)
-	})
-	switch {
-	case errors.Is(err, ErrUnknownRequest):
-		return channel.HistoryPage{}, fmt.Errorf("cluster: %s: the relayed history read disappeared: %w", s.opt.Name, channel.ErrOffline)
-	case err != nil:
-		return channel.HistoryPage{}, err
-	}
-	switch res.Status {
-	case StatusDone:
-		return res.Page, nil
-	case StatusFailed:
-		if err := res.Error.Err(); err != nil {
-			return channel.HistoryPage{}, err
-		}
-		return channel.HistoryPage{}, fmt.Errorf("cluster: %s: the relayed history read failed", s.opt.Name)
-	case StatusUnconfirmed:
-		return channel.HistoryPage{}, fmt.Errorf("cluster: %s: the holding process stopped while reading the history: %w",
-			s.opt.Name, channel.ErrOffline)
-	case StatusCancelled:
-		return channel.HistoryPage{}, fmt.Errorf("cluster: %s: the relayed history read was withdrawn before it was made: %w",
-			s.opt.Name, channel.ErrOffline)
-	}
-	return channel.HistoryPage{}, fmt.Errorf("cluster: %s: relayed history read %d is %s", s.opt.Name, res.ID, res.Status)
 }
 
 // Name returns the wrapped channel's name.
@@ -485,8 +437,8 @@ func (s *shared) serveRelay(ctx context.Context, h Holding, hs *holderSink) {
 	}
 }
 
-// relayed serves one relayed request (a send or a history read) and
-// records its outcome.
+// relayed serves one relayed request (a send or a call) and records its
+// outcome.
 func (s *shared) relayed(ctx context.Context, h Holding, r Request) {
 	finish := func(res Result) {
 		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finishTimeout)
@@ -512,16 +464,10 @@ func (s *shared) relayed(ctx context.Context, h Holding, r Request) {
 	var res Result
 	var err error
 	switch r.Kind {
-	case KindHistory:
-		if s.hist == nil {
-			err = fmt.Errorf("cluster: %s: the channel of the holding process cannot read history", s.opt.Name)
-			break
-		}
-		res.Page, err = s.hist.FetchHistory(sctx, r.History)
 	case KindSend, "":
 		res.Receipt, err = s.ch.Send(sctx, r.Out)
 	default:
-		err = fmt.Errorf("cluster: %s: unknown kind of relayed request %q", s.opt.Name, r.Kind)
+		res.Answer, res.Body, err = s.serveCall(sctx, r)
 	}
 	switch {
 	case err == nil:

@@ -43,6 +43,8 @@ type platform struct {
 	runs      []string
 	delivered []delivery
 	flaky     map[string]bool // texts whose first send failed
+	actions   []string        // what the capabilities did, as "channel id: what"
+	closed    int             // media bodies closed
 }
 
 // delivery is one message in a chat: the bot's (sent through the channel

@@ -269,9 +269,9 @@ func NewCoordinator(cfg CoordinatorConfig) (*Coordinator, error) {
 		c.log = slog.New(slog.DiscardHandler)
 	}
 	c.log = c.log.With(slog.String("bot", cfg.Bot))
-	if h, ok := cfg.Channel.(channel.HistoryFetcher); ok {
+	if h, ok := channel.As[channel.HistoryFetcher](cfg.Channel); ok {
 		c.hist = h
-		if l, ok := cfg.Channel.(channel.ChatLister); ok {
+		if l, ok := channel.As[channel.ChatLister](cfg.Channel); ok {
 			c.lister = l
 		}
 		if cfg.Known == nil || cfg.Direct == nil || cfg.Enqueue == nil {

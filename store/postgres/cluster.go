@@ -22,8 +22,8 @@ import (
 // lock taken on a connection of its own (outside the pool), so that the
 // server releases it as soon as that connection closes, also when the
 // process is killed. The holder's state and the requests relayed to it
-// (sends and history reads) are rows (cluster_states, cluster_relay)
-// announced with notifications. The hold
+// (sends, and the calls of the channel's other capabilities) are rows
+// (cluster_states, cluster_relay) announced with notifications. The hold
 // needs a real session: a pooler in transaction mode (PgBouncer's
 // default) between the processes and the server would break it.
 
@@ -193,7 +193,7 @@ func (d *DB) Request(ctx context.Context, name string, out channel.Outgoing, opt
 				ON CONFLICT (name, idem_key) WHERE idem_key IS NOT NULL DO UPDATE SET
 					payload = EXCLUDED.payload, status = 'pending', requested_at = EXCLUDED.requested_at,
 					pending_until = EXCLUDED.pending_until, deadline = EXCLUDED.deadline,
-					claimed_by = '', claimed_at = 0, finished_at = 0, receipt = NULL, page = NULL,
+					claimed_by = '', claimed_at = 0, finished_at = 0, receipt = NULL, answer = NULL, body = NULL,
 					error_class = '', error = NULL
 				WHERE r.status IN ('failed', 'cancelled', 'unconfirmed')
 				RETURNING id`, name, key, string(payload), now, pendingUntil, ms(opt.Deadline)).Scan(&res.ID)
@@ -226,12 +226,14 @@ func (d *DB) Request(ctx context.Context, name string, out channel.Outgoing, opt
 	return cluster.Result{}, errors.New("postgres: relay request: the request kept disappearing")
 }
 
-// RequestHistory records a history read for name's holder (see
-// cluster.Store): a new row every time.
-func (d *DB) RequestHistory(ctx context.Context, name string, q channel.HistoryQuery, opt cluster.RequestOptions) (cluster.Result, error) {
-	payload, err := json.Marshal(q)
-	if err != nil {
-		return cluster.Result{}, fmt.Errorf("postgres: relay history request: encode: %w", err)
+// Call records a call of kind for name's holder (see cluster.Store): a
+// new row every time.
+func (d *DB) Call(ctx context.Context, name string, kind cluster.RequestKind, payload []byte, opt cluster.RequestOptions) (cluster.Result, error) {
+	if kind == cluster.KindSend || kind == "" {
+		return cluster.Result{}, fmt.Errorf("postgres: relay call: %q is not a call", kind)
+	}
+	if d.isClosed() {
+		return cluster.Result{}, ErrClosed
 	}
 	now := d.nowMs()
 	pendingUntil := int64(0)
@@ -239,17 +241,17 @@ func (d *DB) RequestHistory(ctx context.Context, name string, q channel.HistoryQ
 		pendingUntil = now + opt.Pending.Milliseconds()
 	}
 	res := cluster.Result{Status: cluster.StatusPending}
-	err = d.tx(ctx, "", func(tx pgx.Tx) error {
+	err := d.tx(ctx, "", func(tx pgx.Tx) error {
 		if err := tx.QueryRow(ctx, `INSERT INTO cluster_relay
 				(name, kind, payload, status, requested_at, pending_until, deadline)
-			VALUES ($1, 'history', $2, 'pending', $3, $4, $5)
-			RETURNING id`, name, string(payload), now, pendingUntil, ms(opt.Deadline)).Scan(&res.ID); err != nil {
+			VALUES ($1, $2, $3, 'pending', $4, $5, $6)
+			RETURNING id`, name, string(kind), string(payload), now, pendingUntil, ms(opt.Deadline)).Scan(&res.ID); err != nil {
 			return err
 		}
 		return d.notify(ctx, tx, topicRelay, name)
 	})
 	if err != nil {
-		return cluster.Result{}, fmt.Errorf("postgres: relay history request: %w", redact(err))
+		return cluster.Result{}, fmt.Errorf("postgres: relay %s call: %w", kind, redact(err))
 	}
 	return res, nil
 }
@@ -291,16 +293,16 @@ func (d *DB) Withdraw(ctx context.Context, id int64) (bool, error) {
 type row interface{ Scan(dest ...any) error }
 
 // relayResultCols are the columns of cluster_relay scanRelayResult reads.
-const relayResultCols = `id, status, receipt, page, error`
+const relayResultCols = `id, status, receipt, answer, body, error`
 
 // scanRelayResult reads relayResultCols of cluster_relay.
 func scanRelayResult(r row) (cluster.Result, error) {
 	var (
-		res                   cluster.Result
-		status                string
-		receipt, page, errRec *string
+		res             cluster.Result
+		status          string
+		receipt, errRec *string
 	)
-	if err := r.Scan(&res.ID, &status, &receipt, &page, &errRec); err != nil {
+	if err := r.Scan(&res.ID, &status, &receipt, &res.Answer, &res.Body, &errRec); err != nil {
 		return cluster.Result{}, err
 	}
 	res.Status = cluster.RequestStatus(status)
@@ -309,14 +311,6 @@ func scanRelayResult(r row) (cluster.Result, error) {
 			return cluster.Result{}, fmt.Errorf("decode receipt: %w", err)
 		}
 		res.Receipt.Time = res.Receipt.Time.UTC()
-	}
-	if page != nil {
-		if err := json.Unmarshal([]byte(*page), &res.Page); err != nil {
-			return cluster.Result{}, fmt.Errorf("decode history page: %w", err)
-		}
-		for i := range res.Page.Events {
-			res.Page.Events[i].Time = res.Page.Events[i].Time.UTC()
-		}
 	}
 	if errRec != nil {
 		res.Error = &cluster.ErrorRecord{}
@@ -531,12 +525,12 @@ func (h *holding) Claim(ctx context.Context, limit int) ([]cluster.Request, erro
 				return err
 			}
 			req.Kind = cluster.RequestKind(kind)
-			var into any = &req.Out
-			if req.Kind == cluster.KindHistory {
-				into = &req.History
-			}
-			if err := json.Unmarshal([]byte(payload), into); err != nil {
-				return fmt.Errorf("decode relayed %s %d: %w", kind, req.ID, err)
+			if req.Kind == cluster.KindSend {
+				if err := json.Unmarshal([]byte(payload), &req.Out); err != nil {
+					return fmt.Errorf("decode relayed %s %d: %w", kind, req.ID, err)
+				}
+			} else {
+				req.Payload = []byte(payload)
 			}
 			req.Deadline = fromMs(deadline)
 			out = append(out, req)
@@ -562,9 +556,13 @@ func compareInt64(a, b int64) int {
 
 // Finish stores the outcome of a request this hold claimed. It works
 // after the hold ended too, as long as no new holder has settled the
-// request. A done send keeps res.Receipt, a done history read res.Page.
+// request. A done send keeps res.Receipt, a done call res.Answer and
+// res.Body.
 func (h *holding) Finish(ctx context.Context, id int64, res cluster.Result) (bool, error) {
-	var receipt, page, errRec *string
+	var (
+		receipt, errRec *string
+		answer, body    []byte
+	)
 	switch res.Status {
 	case cluster.StatusDone:
 		b, err := json.Marshal(res.Receipt)
@@ -573,11 +571,7 @@ func (h *holding) Finish(ctx context.Context, id int64, res cluster.Result) (boo
 		}
 		s := string(b)
 		receipt = &s
-		if b, err = json.Marshal(res.Page); err != nil {
-			return false, fmt.Errorf("postgres: relay finish %d: encode history page: %w", id, err)
-		}
-		p := string(b)
-		page = &p
+		answer, body = res.Answer, res.Body
 	case cluster.StatusFailed:
 		if res.Error != nil {
 			b, err := json.Marshal(res.Error)
@@ -599,10 +593,11 @@ func (h *holding) Finish(ctx context.Context, id int64, res cluster.Result) (boo
 	err := h.d.tx(ctx, "", func(tx pgx.Tx) error {
 		// The row's kind picks the answer it keeps.
 		tag, err := tx.Exec(ctx, `UPDATE cluster_relay SET status = $3,
-				receipt = CASE WHEN kind = 'send' THEN $4::text END, page = CASE WHEN kind = 'history' THEN $5::text END,
-				error_class = $6, error = $7, finished_at = $8
+				receipt = CASE WHEN kind = 'send' THEN $4::text END,
+				answer = CASE WHEN kind <> 'send' THEN $5::bytea END, body = CASE WHEN kind <> 'send' THEN $6::bytea END,
+				error_class = $7, error = $8, finished_at = $9
 			WHERE id = $1 AND status = 'claimed' AND claimed_by = $2`,
-			id, h.token, string(res.Status), receipt, page, class, errRec, h.d.nowMs())
+			id, h.token, string(res.Status), receipt, answer, body, class, errRec, h.d.nowMs())
 		if err != nil || tag.RowsAffected() == 0 {
 			return err
 		}
@@ -616,8 +611,7 @@ func (h *holding) Finish(ctx context.Context, id int64, res cluster.Result) (boo
 }
 
 // Prune deletes name's finished requests older than age, and its
-// finished history reads older than cluster.ReadKeep (or age, when
-// shorter).
+// finished calls older than cluster.ReadKeep (or age, when shorter).
 func (h *holding) Prune(ctx context.Context, age time.Duration) error {
 	now := h.d.now()
 	cutoff := now.Add(-age).UnixMilli()
@@ -625,7 +619,7 @@ func (h *holding) Prune(ctx context.Context, age time.Duration) error {
 	err := h.d.tx(ctx, "", func(tx pgx.Tx) error {
 		_, err := tx.Exec(ctx, `DELETE FROM cluster_relay
 			WHERE name = $1 AND status NOT IN ('pending', 'claimed') AND finished_at < $4
-			  AND finished_at < CASE WHEN kind = 'history' THEN $3::bigint ELSE $2::bigint END`,
+			  AND finished_at < CASE WHEN kind = 'send' THEN $2::bigint ELSE $3::bigint END`,
 			h.name, cutoff, readCutoff, max(cutoff, readCutoff))
 		return err
 	})

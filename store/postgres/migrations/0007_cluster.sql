@@ -17,17 +17,20 @@ CREATE TABLE cluster_states (
 );
 
 -- Requests relayed to the holder by the processes that follow it: sends
--- (kind 'send') and history reads (kind 'history'). pending → claimed (by
--- the hold claimed_by) → done | failed | unconfirmed, or pending →
--- cancelled. A send with an idempotency key has one row per (name, key);
--- a history read never has a key. payload is the JSON of the request
--- (channel.Outgoing for a send, channel.HistoryQuery for a history read);
--- a done send keeps its receipt (channel.Receipt), a done history read
--- its page (channel.HistoryPage); error is a cluster.ErrorRecord.
+-- (kind 'send') and calls of the channel's other capabilities (kind
+-- 'history', 'chats', 'member', 'media', 'typing', 'recall',
+-- 'answer_request', 'forward': see cluster.RequestKind). pending →
+-- claimed (by the hold claimed_by) → done | failed | unconfirmed, or
+-- pending → cancelled. A send with an idempotency key has one row per
+-- (name, key); a call never has a key. payload is the JSON of the
+-- request (channel.Outgoing for a send, the call's arguments for a
+-- call); a done send keeps its receipt (channel.Receipt), a done call
+-- its answer (JSON) and, for a media fetch, the content it read (body);
+-- error is a cluster.ErrorRecord.
 CREATE TABLE cluster_relay (
     id            bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     name          text   NOT NULL,
-    kind          text   NOT NULL DEFAULT 'send' CHECK (kind IN ('send', 'history')),
+    kind          text   NOT NULL DEFAULT 'send' CHECK (kind <> ''),
     idem_key      text   CHECK (idem_key IS NULL OR kind = 'send'),
     payload       text   NOT NULL,
     status        text   NOT NULL
@@ -41,7 +44,8 @@ CREATE TABLE cluster_relay (
     claimed_at    bigint NOT NULL DEFAULT 0,
     finished_at   bigint NOT NULL DEFAULT 0,
     receipt       text,
-    page          text,
+    answer        bytea,
+    body          bytea,
     error_class   text   NOT NULL DEFAULT '',
     error         text
 );

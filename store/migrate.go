@@ -7,48 +7,22 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
-	"path"
-	"sort"
 	"strconv"
-	"strings"
+
+	"github.com/personakit/persona/internal/migrations"
 )
 
 //go:embed migrations/*.sql
 var migrationFS embed.FS
 
 // migration is one embedded schema step.
-type migration struct {
-	version int
-	name    string
-	sql     string
-}
+type migration = migrations.Migration
 
-// loadMigrations reads the embedded migrations. Files are named
-// "NNNN_description.sql"; versions start at 1 and have no gaps.
+// loadMigrations reads the embedded migrations.
 func loadMigrations(fsys fs.FS) ([]migration, error) {
-	names, err := fs.Glob(fsys, "migrations/*.sql")
+	ms, err := migrations.Load(fsys, "migrations/*.sql")
 	if err != nil {
-		return nil, err
-	}
-	var ms []migration
-	for _, name := range names {
-		base := path.Base(name)
-		num, _, ok := strings.Cut(base, "_")
-		v, err := strconv.Atoi(num)
-		if !ok || err != nil || v <= 0 {
-			return nil, fmt.Errorf("migration %s: name must start with a positive number and '_'", base)
-		}
-		body, err := fs.ReadFile(fsys, name)
-		if err != nil {
-			return nil, err
-		}
-		ms = append(ms, migration{version: v, name: base, sql: string(body)})
-	}
-	sort.Slice(ms, func(i, j int) bool { return ms[i].version < ms[j].version })
-	for i, m := range ms {
-		if m.version != i+1 {
-			return nil, fmt.Errorf("migration %s: version %d, want %d (no gaps or duplicates)", m.name, m.version, i+1)
-		}
+		return nil, fmt.Errorf("%w", err)
 	}
 	return ms, nil
 }
@@ -87,10 +61,10 @@ func migrate(ctx context.Context, conn *sql.Conn, log *slog.Logger) error {
 		return nil
 	}
 	for _, m := range ms[cur:] {
-		if _, err := tx.ExecContext(ctx, m.sql); err != nil {
-			return fmt.Errorf("migrate %s: %w", m.name, err)
+		if _, err := tx.ExecContext(ctx, m.SQL); err != nil {
+			return fmt.Errorf("migrate %s: %w", m.Name, err)
 		}
-		log.Info("store: migration applied", "migration", m.name, "version", m.version)
+		log.Info("store: migration applied", "migration", m.Name, "version", m.Version)
 	}
 	// A migration may edit sqlite_schema directly (0009 does): SQLite
 	// notices such a change in other connections only by the schema

@@ -29,8 +29,8 @@ func openAtVersion(t *testing.T, path string, version int) *sql.DB {
 	raw, err := sql.Open("sqlite3", path)
 	require.NoError(t, err)
 	for _, m := range migs[:version] {
-		_, err := raw.Exec(m.sql)
-		require.NoError(t, err, m.name)
+		_, err := raw.Exec(m.SQL)
+		require.NoError(t, err, m.Name)
 	}
 	_, err = raw.Exec(fmt.Sprintf("PRAGMA user_version = %d", version))
 	require.NoError(t, err)

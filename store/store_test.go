@@ -157,8 +157,8 @@ func TestLoadMigrationsValidatesNames(t *testing.T) {
 	ms, err := loadMigrations(migrationFS)
 	require.NoError(t, err)
 	for i, m := range ms {
-		require.Equal(t, i+1, m.version)
-		require.NotEmpty(t, m.sql)
+		require.Equal(t, i+1, m.Version)
+		require.NotEmpty(t, m.SQL)
 	}
 }
 

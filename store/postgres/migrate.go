@@ -5,52 +5,25 @@ import (
 	"embed"
 	"fmt"
 	"io/fs"
-	"path"
-	"sort"
-	"strconv"
-	"strings"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/personakit/persona/internal/migrations"
 )
 
 //go:embed migrations/*.sql
 var migrationFS embed.FS
 
 // migration is one embedded schema step.
-type migration struct {
-	version int
-	name    string
-	sql     string
-}
+type migration = migrations.Migration
 
-// loadMigrations reads the embedded migrations, named
-// "NNNN_description.sql" with versions from 1 and no gaps.
+// loadMigrations reads the embedded migrations.
 func loadMigrations(fsys fs.FS) ([]migration, error) {
-	names, err := fs.Glob(fsys, "migrations/*.sql")
+	ms, err := migrations.Load(fsys, "migrations/*.sql")
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("postgres: %w", err)
 	}
-	var out []migration
-	for _, name := range names {
-		base := path.Base(name)
-		num, _, ok := strings.Cut(base, "_")
-		v, err := strconv.Atoi(num)
-		if !ok || err != nil || v <= 0 {
-			return nil, fmt.Errorf("postgres: migration %s: name must start with a positive number and '_'", base)
-		}
-		body, err := fs.ReadFile(fsys, name)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, migration{version: v, name: base, sql: string(body)})
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].version < out[j].version })
-	for i, m := range out {
-		if m.version != i+1 {
-			return nil, fmt.Errorf("postgres: migration %s: version %d, want %d (no gaps or duplicates)", m.name, m.version, i+1)
-		}
-	}
-	return out, nil
+	return ms, nil
 }
 
 // SchemaVersion is the schema version this build migrates to.
@@ -93,11 +66,11 @@ func (d *DB) migrate(ctx context.Context) error {
 			return fmt.Errorf("%w (database at version %d, this build knows %d)", ErrSchemaTooNew, have, len(ms))
 		}
 		for _, m := range ms[have:] {
-			if _, err := tx.Exec(ctx, m.sql); err != nil {
-				return fmt.Errorf("postgres: migration %s: %w", m.name, err)
+			if _, err := tx.Exec(ctx, m.SQL); err != nil {
+				return fmt.Errorf("postgres: migration %s: %w", m.Name, err)
 			}
 			if _, err := tx.Exec(ctx, `INSERT INTO persona_migrations (version, name, applied_at) VALUES ($1, $2, $3)`,
-				m.version, m.name, d.nowMs()); err != nil {
+				m.Version, m.Name, d.nowMs()); err != nil {
 				return err
 			}
 		}

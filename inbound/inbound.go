@@ -3,6 +3,7 @@ package inbound
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/personakit/persona/channel"
@@ -293,4 +294,41 @@ func ReplayCutoff(disconnectedAt, now time.Time, padding, maxAge time.Duration) 
 // calls.
 type Waker interface {
 	OnClaimable(fn func()) (stop func())
+}
+
+// ErrInvalidItem is returned (wrapped) by Normalize for an item a Queue
+// must refuse: one without an id, or without a session key.
+var ErrInvalidItem = errors.New("inbound: invalid item")
+
+// Normalize fills the item's ID and SessionKey from its event when they
+// are empty, as Enqueue and Record document, and fails with
+// ErrInvalidItem when either is still missing. Queue implementations call
+// it first.
+func (it *Item) Normalize() error {
+	if it.ID == "" {
+		it.ID = it.Event.Key()
+	}
+	if it.SessionKey == "" {
+		it.SessionKey = it.Event.SessionKey
+	}
+	switch {
+	case it.ID == "":
+		return fmt.Errorf("%w: item without an id", ErrInvalidItem)
+	case it.SessionKey == "":
+		return fmt.Errorf("%w: item %s without a session key (set Item.SessionKey or Event.SessionKey)", ErrInvalidItem, it.ID)
+	}
+	return nil
+}
+
+// LimitKind is the chat kind whose in-flight limit (Limits.PerPrivate or
+// PerGroup) applies to the item: the event's chat kind, else the kind its
+// session key names, else group.
+func (it *Item) LimitKind() channel.ChatKind {
+	if it.Event.Chat.Kind.Valid() {
+		return it.Event.Chat.Kind
+	}
+	if p, err := channel.ParseSessionKey(it.SessionKey); err == nil {
+		return p.Chat.Kind
+	}
+	return channel.Group
 }

@@ -29,23 +29,14 @@ type itemRow struct {
 
 // prepareItem validates and completes it, and encodes its rows.
 func (d *DB) prepareItem(it *inbound.Item, dir memory.Direction, now int64) (itemRow, error) {
-	if it.ID == "" {
-		it.ID = it.Event.Key()
-	}
-	if it.SessionKey == "" {
-		it.SessionKey = it.Event.SessionKey
-	}
-	switch {
-	case it.ID == "":
-		return itemRow{}, fmt.Errorf("%w: item without an id", ErrInvalid)
-	case it.SessionKey == "":
-		return itemRow{}, fmt.Errorf("%w: item %s without a session key (set Item.SessionKey or Event.SessionKey)", ErrInvalid, it.ID)
+	if err := it.Normalize(); err != nil {
+		return itemRow{}, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	ev, err := d.eventRow(it.ID, it.SessionKey, &it.Event, dir, time.Time{}, now)
 	if err != nil {
 		return itemRow{}, err
 	}
-	r := itemRow{ev: ev, chatKind: string(sessionKind(it)), source: string(it.Event.Source), avail: now,
+	r := itemRow{ev: ev, chatKind: string(it.LimitKind()), source: string(it.Event.Source), avail: now,
 		priority: it.Priority, history: it.HistoryOnly}
 	if r.source == "" {
 		r.source = string(channel.SourceLive)
@@ -54,18 +45,6 @@ func (d *DB) prepareItem(it *inbound.Item, dir memory.Direction, now int64) (ite
 		r.avail = ms(it.AvailableAt)
 	}
 	return r, nil
-}
-
-// sessionKind is the chat kind that selects the session's in-flight limit:
-// the event's chat kind, else the kind named in the session key, else group.
-func sessionKind(it *inbound.Item) channel.ChatKind {
-	if it.Event.Chat.Kind.Valid() {
-		return it.Event.Chat.Kind
-	}
-	if p, err := channel.ParseSessionKey(it.SessionKey); err == nil {
-		return p.Chat.Kind
-	}
-	return channel.Group
 }
 
 const sqlInsertItem = `

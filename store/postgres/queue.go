@@ -121,24 +121,14 @@ type itemCols struct {
 // prepareItem fills it's id and session key from its event when empty,
 // validates it and encodes its rows.
 func prepareItem(it *inbound.Item, dir memory.Direction, now int64) (itemCols, error) {
-	if it.ID == "" {
-		it.ID = it.Event.Key()
-	}
-	if it.SessionKey == "" {
-		it.SessionKey = it.Event.SessionKey
-	}
-	switch {
-	case it.ID == "":
-		return itemCols{}, fmt.Errorf("%w: item without an id", errInvalidInput)
-	case it.SessionKey == "":
-		return itemCols{}, fmt.Errorf("%w: item %s without a session key (set Item.SessionKey or Event.SessionKey)",
-			errInvalidInput, it.ID)
+	if err := it.Normalize(); err != nil {
+		return itemCols{}, fmt.Errorf("%w: %w", errInvalidInput, err)
 	}
 	ev, err := newEventCols(it.ID, it.SessionKey, &it.Event, dir, now)
 	if err != nil {
 		return itemCols{}, err
 	}
-	c := itemCols{ev: ev, chatKind: string(sessionKind(it)), source: pgText(string(it.Event.Source)), avail: now,
+	c := itemCols{ev: ev, chatKind: string(it.LimitKind()), source: pgText(string(it.Event.Source)), avail: now,
 		priority: it.Priority, history: it.HistoryOnly}
 	if c.source == "" {
 		c.source = string(channel.SourceLive)
@@ -147,18 +137,6 @@ func prepareItem(it *inbound.Item, dir memory.Direction, now int64) (itemCols, e
 		c.avail = ms(it.AvailableAt)
 	}
 	return c, nil
-}
-
-// sessionKind is the chat kind that selects an item's in-flight limit: the
-// event's chat kind, else the kind the session key names, else group.
-func sessionKind(it *inbound.Item) channel.ChatKind {
-	if it.Event.Chat.Kind.Valid() {
-		return it.Event.Chat.Kind
-	}
-	if p, err := channel.ParseSessionKey(it.SessionKey); err == nil {
-		return p.Chat.Kind
-	}
-	return channel.Group
 }
 
 const sqlInsertItem = `
